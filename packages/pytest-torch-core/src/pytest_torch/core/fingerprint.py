@@ -1,0 +1,162 @@
+"""A stable, readable key for "this machine's hardware".
+
+Performance baselines are keyed by it so numbers from different machines never mix.
+The key holds only what decides speed and never changes between runs on one machine:
+the CPU model, the logical CPUs this process may use, and each accelerator's kind,
+name, count, total memory and compute capability. Volatile readings (clock speed,
+free memory) are left out; software versions are recorded beside the key, not in it.
+
+Run ``python -m pytest_torch.core.fingerprint`` to see this machine's key.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pytest_torch.core import devices
+
+
+@dataclass(frozen=True)
+class AcceleratorGroup:
+    """Identical accelerators of one kind, e.g. 2 x NVIDIA H200."""
+
+    kind: str
+    name: str
+    count: int
+    total_memory_gib: float | None
+    compute_capability: str | None
+
+    def describe(self) -> str:
+        details = []
+        if self.total_memory_gib is not None:
+            details.append(f"{self.total_memory_gib:.1f} GiB")
+        if self.compute_capability is not None:
+            details.append(f"cc {self.compute_capability}")
+        suffix = f" ({', '.join(details)})" if details else ""
+        return f"{self.kind}: {self.count} x {self.name}{suffix}"
+
+
+@dataclass(frozen=True)
+class HardwareFingerprint:
+    """What decides speed on this machine. Equal fingerprints have equal keys."""
+
+    cpu_model: str
+    logical_cpus: int
+    accelerators: tuple[AcceleratorGroup, ...] = ()
+    #: torch, Python and CUDA versions: recorded beside the key, never part of it.
+    versions: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        """One line, readable, stable: ``cpu: AMD EPYC 9654 x 16 | cuda: 1 x NVIDIA H200 (...)``."""
+        parts = [f"cpu: {self.cpu_model} x {self.logical_cpus}"]
+        parts += [group.describe() for group in self.accelerators]
+        return " | ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["accelerators"] = [asdict(group) for group in self.accelerators]
+        data["key"] = self.key
+        return data
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's brand string, as py-cpuinfo reports it.
+
+    On Linux the brand is read straight from /proc/cpuinfo (where py-cpuinfo reads it
+    too), which avoids py-cpuinfo's second of start-up; elsewhere py-cpuinfo answers.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                name, _, value = line.partition(":")
+                if name.strip() == "model name" and value.strip():
+                    return _normalise(value)
+    except OSError:
+        pass
+    try:
+        import cpuinfo
+
+        info = cpuinfo.get_cpu_info()
+        brand = info.get("brand_raw") or info.get("brand") or ""
+    except Exception:
+        brand = ""
+    return _normalise(str(brand)) or _normalise(platform.processor()) or platform.machine()
+
+
+def logical_cpus() -> int:
+    """Logical CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _accelerator_groups() -> tuple[AcceleratorGroup, ...]:
+    groups: list[AcceleratorGroup] = []
+    for kind in devices.ACCELERATOR_TYPES:
+        count = devices.device_count(kind)
+        if count == 0:
+            continue
+        per_device: dict[tuple[str, float | None, str | None], int] = {}
+        for index in range(count):
+            device = f"{kind}:{index}" if kind != "mps" else "mps"
+            memory = devices.total_memory(device)
+            gib = round(memory / 2**30, 1) if memory else None
+            signature = (devices.device_name(device), gib, devices.compute_capability(device))
+            per_device[signature] = per_device.get(signature, 0) + 1
+        for (name, gib, cap), n in sorted(per_device.items(), key=lambda kv: str(kv[0])):
+            groups.append(AcceleratorGroup(kind, _normalise(name), n, gib, cap))
+    return tuple(groups)
+
+
+def _versions() -> dict[str, str]:
+    import torch
+
+    versions = {
+        "python": platform.python_version(),
+        "torch": str(torch.__version__),
+    }
+    if torch.version.cuda:
+        versions["cuda"] = str(torch.version.cuda)
+    hip = getattr(torch.version, "hip", None)
+    if hip:
+        versions["hip"] = str(hip)
+    return versions
+
+
+@functools.cache
+def hardware_fingerprint() -> HardwareFingerprint:
+    """This machine's fingerprint (computed once per process)."""
+    return HardwareFingerprint(
+        cpu_model=cpu_model(),
+        logical_cpus=logical_cpus(),
+        accelerators=_accelerator_groups(),
+        versions=_versions(),
+    )
+
+
+def main() -> int:
+    fingerprint = hardware_fingerprint()
+    if "--json" in sys.argv[1:]:
+        print(json.dumps(fingerprint.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(fingerprint.key)
+        for name, version in sorted(fingerprint.versions.items()):
+            print(f"  {name} {version}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""Hooks the core plugin owns; sibling plugins (and conftest files) implement them.
+
+They are added from ``pytest_addhooks``, so they exist exactly when the core plugin is
+loaded. Implement one in a plugin that may run without core with
+``@pytest.hookimpl(optionalhook=True)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_torch.core.compare import TensorMismatchError
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_torch_resolve_device(
+    config: pytest.Config, device_type: str
+) -> torch.device | str | None:
+    """Say which concrete device ``device_type`` (e.g. ``"cuda"``) means in this process.
+
+    Called once per device type when the ``torch_device`` fixture is first set up for
+    it. Return a ``torch.device`` or a string such as ``"cuda:1"``, or None to let a
+    later implementation (finally core's default: the backend's current device)
+    answer. The first non-None result wins. The xdist plugin answers this to give each
+    worker its own GPU while test ids stay ``test_x[cuda]``.
+    """
+
+
+@pytest.hookspec
+def pytest_torch_seeded(item: pytest.Item, seed: int) -> None:
+    """A test was seeded by the ``torch_seed`` fixture.
+
+    Called after Python's ``random``, NumPy (if installed) and torch (CPU and every
+    accelerator) were seeded with ``seed``, before the test body runs. Anything an
+    implementation changes must be undone at the test's teardown.
+    """
+
+
+@pytest.hookspec
+def pytest_torch_tensor_mismatch(
+    config: pytest.Config, item: pytest.Item | None, error: TensorMismatchError
+) -> None:
+    """A tensor mismatch is about to be raised by ``assert_close``.
+
+    ``error.mismatches`` holds every mismatching pair with its tensors, path and
+    figures; ``item`` is the running test (None outside a test). An implementation
+    adds lines to the message the user sees with ``error.add_detail(text)`` (for
+    example the path of a heatmap it saved).
+    """

@@ -1,0 +1,303 @@
+"""pytest wiring of the core plugin (entry point ``torch_core``).
+
+Options, the ``torch_devices`` marker, the ``torch_device``/``torch_seed``/``make_tensor``
+fixtures and the report hooks. The work lives in the plain modules beside this one.
+Nothing here imports torch at load time.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_torch.core import devices, seeding, session
+from pytest_torch.core.options import add_option_with_ini, option_or_ini, option_source
+
+if TYPE_CHECKING:
+    import torch
+
+MARKER = "torch_devices"
+
+
+@dataclass
+class CoreSettings:
+    """The core options as resolved at start-up."""
+
+    #: the device types asked for, or None for "every available one"
+    device_types: list[str] | None
+    device_source: str
+    base_seed: int
+    seed_source: str
+    _available: list[str] | None = field(default=None, repr=False)
+
+    def available(self) -> list[str]:
+        """Available device types (imports torch on first use)."""
+        if self._available is None:
+            self._available = devices.available_device_types()
+        return self._available
+
+    def selected(self) -> list[str]:
+        """The device types ``torch_device`` runs tests on."""
+        available = self.available()
+        if self.device_types is None:
+            return available
+        return [t for t in self.device_types if t in available]
+
+
+settings_key = pytest.StashKey[CoreSettings]()
+seed_key = pytest.StashKey[int]()
+
+
+def get_settings(config: pytest.Config) -> CoreSettings:
+    """The core settings of a session (for sibling plugins)."""
+    return config.stash[settings_key]
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_torch.core import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("torch", "torch: devices, seeds and tensors (pytest-torch)")
+    add_option_with_ini(
+        parser,
+        group,
+        "--torch-device",
+        ini="torch_device",
+        default="all",
+        metavar="TYPES",
+        help="Device types that tests using the torch_device fixture run on: a comma"
+        " list of cpu, cuda, xpu, mps, or 'all' available ones.",
+    )
+    add_option_with_ini(
+        parser,
+        group,
+        "--torch-seed",
+        ini="torch_seed",
+        default="0",
+        metavar="N",
+        help="Base seed of the torch_seed fixture; each test derives its own seed from"
+        " it and its test id.",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(*types): run this test only on these device types (cpu, cuda, xpu,"
+        " mps); where none of them is available it is skipped with the reason.",
+    )
+    device_source = option_source(config, "torch_device", "--torch-device")
+    seed_source = option_source(config, "torch_seed", "--torch-seed")
+    try:
+        device_types = devices.parse_device_types(
+            str(option_or_ini(config, "torch_device")), source=device_source
+        )
+        base_seed = seeding.parse_base_seed(option_or_ini(config, "torch_seed"), source=seed_source)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[settings_key] = CoreSettings(device_types, device_source, base_seed, seed_source)
+    session.push(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session.pop(config)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    settings = get_settings(config)
+    chosen = "all available" if settings.device_types is None else ",".join(settings.device_types)
+    return (
+        f"torch: devices {chosen} (--torch-device), base seed {settings.base_seed} (--torch-seed)"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> None:
+    settings = get_settings(session.config)
+    asked = settings.device_types or []
+    if any(t != "cpu" for t in asked):
+        missing = [t for t in asked if t not in settings.available()]
+        if missing:
+            raise pytest.UsageError(
+                f"{settings.device_source}: {', '.join(missing)} asked for but not available"
+                f" on this machine (available: {', '.join(settings.available())}). Drop it"
+                f" from the list, or leave the option out to use every available device."
+            )
+
+
+def _marker_device_types(marker: pytest.Mark, node_id: str) -> list[str]:
+    """The device types named by a torch_devices marker; ValueError when malformed."""
+    if marker.kwargs:
+        raise ValueError(
+            f"{node_id}: @pytest.mark.{MARKER} takes device types as positional"
+            f" arguments, got keyword(s) {', '.join(sorted(marker.kwargs))}."
+            f' Example: @pytest.mark.{MARKER}("cuda", "xpu")'
+        )
+    names: list[Any] = []
+    for arg in marker.args:
+        names.extend(arg if isinstance(arg, (list, tuple)) else [arg])
+    if not names or not all(isinstance(name, str) for name in names):
+        raise ValueError(
+            f"{node_id}: @pytest.mark.{MARKER} needs one or more device type names"
+            f" ({', '.join(devices.KNOWN_DEVICE_TYPES)}), got {marker.args!r}."
+            f' Example: @pytest.mark.{MARKER}("cuda")'
+        )
+    parsed = devices.parse_device_types(names, source=f"{node_id}: @pytest.mark.{MARKER}")
+    if parsed is None:  # "all": no restriction
+        return list(devices.KNOWN_DEVICE_TYPES)
+    return parsed
+
+
+def _restriction(item: pytest.Item | pytest.Metafunc) -> list[str] | None:
+    node = item.definition if isinstance(item, pytest.Metafunc) else item
+    marker = node.get_closest_marker(MARKER)
+    return None if marker is None else _marker_device_types(marker, node.nodeid)
+
+
+def _skip_reason(wanted: list[str], settings: CoreSettings) -> str:
+    available = settings.available()
+    present = [t for t in wanted if t in available]
+    if present:
+        return (
+            f"needs {' or '.join(wanted)}; {', '.join(present)} not selected by"
+            f" {settings.device_source}"
+        )
+    return (
+        f"needs {' or '.join(wanted)}; not available on this machine"
+        f" (available: {', '.join(available)})"
+    )
+
+
+def _already_parametrized(metafunc: pytest.Metafunc) -> bool:
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", "")
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if "torch_device" in names:
+            return True
+    return False
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    try:
+        wanted = _restriction(metafunc)
+    except ValueError as exc:
+        raise pytest.Collector.CollectError(str(exc)) from None
+    if "torch_device" not in metafunc.fixturenames or _already_parametrized(metafunc):
+        return
+    settings = get_settings(metafunc.config)
+    selected = settings.selected()
+    if wanted is not None:
+        runnable = [t for t in selected if t in wanted]
+        if not runnable:
+            reason = _skip_reason(wanted, settings)
+            params = [pytest.param(t, id=t, marks=pytest.mark.skip(reason=reason)) for t in wanted]
+            metafunc.parametrize("torch_device", params, indirect=True)
+            return
+        selected = runnable
+    metafunc.parametrize("torch_device", selected, ids=selected, indirect=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A restricted test that does not use torch_device still must not run on a
+    # machine without any of its device types (torch_device tests were handled when
+    # they were parametrized).
+    settings = get_settings(config)
+    for item in items:
+        if "torch_device" in getattr(item, "fixturenames", ()):
+            continue
+        wanted = _restriction(item)
+        if wanted is not None and not any(t in settings.available() for t in wanted):
+            item.add_marker(pytest.mark.skip(reason=_skip_reason(wanted, settings)))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    item.config.stash[session.current_item_key] = item
+    try:
+        return (yield)
+    finally:
+        item.config.stash[session.current_item_key] = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    seed = item.stash.get(seed_key, None)
+    if report.failed and seed is not None:
+        settings = get_settings(item.config)
+        report.sections.append(
+            (
+                "torch_seed",
+                f"This test ran with seed {seed}, derived from base seed"
+                f" {settings.base_seed} and the test id. Reproduce with:\n"
+                f"  pytest {shlex.quote(item.nodeid)} --torch-seed={settings.base_seed}",
+            )
+        )
+    return report
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_torch_resolve_device(config: pytest.Config, device_type: str) -> torch.device:
+    return devices.default_device(device_type)
+
+
+@pytest.fixture(scope="session")
+def torch_device(request: pytest.FixtureRequest) -> torch.device:
+    """The device this test runs on; tests using it are parametrized per device type.
+
+    Ids are the device type (``test_x[cpu]``, ``test_x[cuda]``); the concrete device
+    (``cuda:1`` on an xdist worker, say) comes from the ``pytest_torch_resolve_device``
+    hook.
+    """
+    device_type = getattr(request, "param", None)
+    if device_type is None:
+        device_type = get_settings(request.config).selected()[0]
+    resolved = request.config.hook.pytest_torch_resolve_device(
+        config=request.config, device_type=device_type
+    )
+    return devices.as_device(resolved)
+
+
+@pytest.fixture
+def torch_seed(request: pytest.FixtureRequest) -> Generator[int, None, None]:
+    """Seed Python, NumPy and torch for this test and return the seed.
+
+    The seed derives from ``--torch-seed`` and the test id; the previous random state
+    is restored after the test, pass or fail.
+    """
+    settings = get_settings(request.config)
+    seed = seeding.derive_seed(settings.base_seed, request.node.nodeid)
+    snapshot = seeding.capture()
+    request.node.stash[seed_key] = seed
+    try:
+        seeding.seed_all(seed)
+        request.config.hook.pytest_torch_seeded(item=request.node, seed=seed)
+        yield seed
+    finally:
+        seeding.restore(snapshot)
+
+
+@pytest.fixture
+def make_tensor(request: pytest.FixtureRequest, torch_seed: int) -> Callable[..., torch.Tensor]:
+    """A factory of seeded test tensors on the test's device (CPU without torch_device).
+
+    ``make_tensor(*shape, dtype=torch.float32, device=None, low=None, high=None,
+    requires_grad=False, **kwargs)``; the shape may also be one tuple. Other keywords
+    go to ``torch.testing.make_tensor`` (``noncontiguous``, ``exclude_zero``, ...).
+    """
+    from pytest_torch.core.tensors import tensor_factory
+
+    device: torch.device | str = "cpu"
+    if "torch_device" in request.fixturenames:
+        device = request.getfixturevalue("torch_device")
+    return tensor_factory(device)

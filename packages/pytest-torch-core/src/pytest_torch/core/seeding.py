@@ -1,0 +1,131 @@
+"""Per-test seeds and the random-number state they replace.
+
+A test's seed is derived from a base seed and its node id, so every test gets its own
+reproducible stream and adding a test never shifts another's numbers. Seeding covers
+Python's ``random``, NumPy (when installed) and torch on the CPU and every available
+accelerator; :func:`capture` and :func:`restore` put the previous state back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_torch.core import devices
+
+#: The seed torch's accelerator generators start from in a fresh process.
+TORCH_DEFAULT_ACCELERATOR_SEED = 67280421310721
+
+
+def derive_seed(base_seed: int, node_id: str) -> int:
+    """The seed of one test: a stable 32-bit hash of the base seed and the test id."""
+    digest = hashlib.blake2b(f"{base_seed}\0{node_id}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big")
+
+
+def parse_base_seed(value: object, *, source: str) -> int:
+    """A base seed from an option or ini value; ValueError with a readable message."""
+    text = str(value).strip()
+    try:
+        seed = int(text, 0)
+    except ValueError:
+        raise ValueError(
+            f"{source}: expected a non-negative integer seed, got {text!r}."
+            f" Example: --torch-seed=1234"
+        ) from None
+    if seed < 0 or seed >= 2**63:
+        raise ValueError(f"{source}: the seed must be between 0 and 2**63-1, got {seed}.")
+    return seed
+
+
+@dataclass
+class RngSnapshot:
+    """The random-number state of every generator that :func:`seed_all` touches."""
+
+    python: Any
+    numpy: Any | None
+    torch_cpu: Any
+    #: per accelerator type: its generators' states, or None if it was not initialised
+    accelerators: dict[str, list[Any] | None] = field(default_factory=dict)
+
+
+def _numpy() -> Any | None:
+    if "numpy" in sys.modules:
+        return sys.modules["numpy"]
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+def _accelerator_modules() -> list[tuple[str, Any]]:
+    return [
+        (kind, devices.backend_module(kind))
+        for kind in devices.ACCELERATOR_TYPES
+        if devices.is_available(kind)
+    ]
+
+
+def _initialised(module: Any) -> bool:
+    check = getattr(module, "is_initialized", None)
+    return bool(check()) if callable(check) else True
+
+
+def capture() -> RngSnapshot:
+    """Record the state of every generator that :func:`seed_all` changes."""
+    import torch
+
+    np = _numpy()
+    snapshot = RngSnapshot(
+        python=random.getstate(),
+        numpy=np.random.get_state() if np is not None else None,
+        torch_cpu=torch.get_rng_state(),
+    )
+    for kind, module in _accelerator_modules():
+        if not _initialised(module):
+            # Reading the state would create a device context; remember that it was
+            # fresh instead, and make it fresh again on restore.
+            snapshot.accelerators[kind] = None
+        elif hasattr(module, "get_rng_state_all"):
+            snapshot.accelerators[kind] = list(module.get_rng_state_all())
+        else:
+            snapshot.accelerators[kind] = [module.get_rng_state()]
+    return snapshot
+
+
+def seed_all(seed: int) -> None:
+    """Seed Python, NumPy (if imported) and torch on every device with ``seed``."""
+    import torch
+
+    random.seed(seed)
+    np = _numpy()
+    if np is not None:
+        np.random.seed(seed % 2**32)
+    # Seeds the CPU and, lazily for uninitialised ones, every accelerator.
+    torch.manual_seed(seed)
+
+
+def restore(snapshot: RngSnapshot) -> None:
+    """Put back the state recorded by :func:`capture`."""
+    import torch
+
+    random.setstate(snapshot.python)
+    np = _numpy()
+    if np is not None and snapshot.numpy is not None:
+        np.random.set_state(snapshot.numpy)
+    torch.set_rng_state(snapshot.torch_cpu)
+    for kind, module in _accelerator_modules():
+        states = snapshot.accelerators.get(kind)
+        if states is None:
+            # Uninitialised before: the next initialisation must see the default seed,
+            # not the test's (the lazy seed call keeps only the latest request).
+            seed_all_fn = getattr(module, "manual_seed_all", None) or module.manual_seed
+            seed_all_fn(TORCH_DEFAULT_ACCELERATOR_SEED)
+        elif hasattr(module, "set_rng_state_all"):
+            module.set_rng_state_all(states)
+        else:
+            module.set_rng_state(states[0])

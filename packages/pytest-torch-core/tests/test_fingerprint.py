@@ -1,0 +1,74 @@
+"""Unit tests of the hardware fingerprint."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from pytest_torch.core.fingerprint import (
+    AcceleratorGroup,
+    HardwareFingerprint,
+    cpu_model,
+    hardware_fingerprint,
+    logical_cpus,
+)
+
+H200 = AcceleratorGroup("cuda", "NVIDIA H200", 1, 139.8, "9.0")
+
+
+def test_same_hardware_same_key_whatever_the_versions():
+    a = HardwareFingerprint("AMD EPYC 9654", 16, (H200,), versions={"torch": "2.13.0"})
+    b = HardwareFingerprint("AMD EPYC 9654", 16, (H200,), versions={"torch": "2.9.1"})
+    assert a == b
+    assert a.key == b.key
+
+
+def test_cpu_model_and_core_count_and_gpu_all_matter():
+    base = HardwareFingerprint("AMD EPYC 9654", 16, (H200,))
+    other_cpu = HardwareFingerprint("Intel(R) Xeon(R) Platinum 8480+", 16, (H200,))
+    other_count = HardwareFingerprint("AMD EPYC 9654", 8, (H200,))
+    two_gpus = HardwareFingerprint(
+        "AMD EPYC 9654", 16, (AcceleratorGroup("cuda", "NVIDIA H200", 2, 139.8, "9.0"),)
+    )
+    no_gpu = HardwareFingerprint("AMD EPYC 9654", 16)
+    keys = {fp.key for fp in (base, other_cpu, other_count, two_gpus, no_gpu)}
+    assert len(keys) == 5
+
+
+def test_key_is_readable():
+    fp = HardwareFingerprint("AMD EPYC 9654", 16, (H200,))
+    assert fp.key == "cpu: AMD EPYC 9654 x 16 | cuda: 1 x NVIDIA H200 (139.8 GiB, cc 9.0)"
+
+
+def test_this_machine():
+    fp = hardware_fingerprint()
+    assert fp.cpu_model == cpu_model() != ""
+    assert fp.logical_cpus == logical_cpus() >= 1
+    assert "torch" in fp.versions and "python" in fp.versions
+    assert fp is hardware_fingerprint()  # computed once
+    data = fp.to_dict()
+    assert json.loads(json.dumps(data))["key"] == fp.key
+    assert "MHz" not in fp.key and "free" not in fp.key
+
+
+def test_key_is_stable_across_processes():
+    code = "from pytest_torch.core.fingerprint import hardware_fingerprint as h; print(h().key)"
+    keys = {
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+        for _ in range(2)
+    }
+    assert keys == {hardware_fingerprint().key + "\n"}
+
+
+def test_command_line_prints_the_key():
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest_torch.core.fingerprint"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.splitlines()[0] == hardware_fingerprint().key
+    assert "torch" in out

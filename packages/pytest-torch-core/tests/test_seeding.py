@@ -1,0 +1,58 @@
+"""Unit tests of per-test seeding and RNG restoration."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from pytest_torch.core import seeding
+
+
+def test_derive_seed_is_stable_and_per_test():
+    a = seeding.derive_seed(0, "tests/test_x.py::test_a")
+    assert a == seeding.derive_seed(0, "tests/test_x.py::test_a")
+    assert a != seeding.derive_seed(0, "tests/test_x.py::test_b")
+    assert a != seeding.derive_seed(1, "tests/test_x.py::test_a")
+    assert 0 <= a < 2**32
+
+
+@pytest.mark.parametrize("text", ["abc", "1.5", "", "-3"])
+def test_parse_base_seed_rejects_bad_values(text):
+    with pytest.raises(ValueError, match="--torch-seed"):
+        seeding.parse_base_seed(text, source="--torch-seed")
+
+
+def test_parse_base_seed_accepts_integers():
+    assert seeding.parse_base_seed("1234", source="x") == 1234
+    assert seeding.parse_base_seed(" 0x10 ", source="x") == 16
+
+
+def test_seed_all_makes_every_generator_repeat():
+    def draw():
+        return random.random(), np.random.rand(), torch.rand(3)
+
+    seeding.seed_all(7)
+    first = draw()
+    seeding.seed_all(7)
+    second = draw()
+    assert first[:2] == second[:2]
+    assert torch.equal(first[2], second[2])
+
+
+def test_restore_puts_back_the_previous_streams():
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+    snapshot = seeding.capture()
+    expected = (random.random(), np.random.rand(), torch.rand(2))
+    seeding.restore(snapshot)
+    seeding.seed_all(99)
+    random.random()
+    torch.rand(5)
+    seeding.restore(snapshot)
+    got = (random.random(), np.random.rand(), torch.rand(2))
+    assert got[:2] == expected[:2]
+    assert torch.equal(got[2], expected[2])
