@@ -162,3 +162,13 @@ def test_add_detail_appends_a_line():
     error = _mismatch(torch.zeros(1), torch.ones(1))
     error.add_detail("heatmap: artifacts/x.png")
     assert str(error).endswith("\nheatmap: artifacts/x.png")
+
+
+def test_hint_depends_on_what_differs():
+    nan_only = str(_mismatch(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 2.0])))
+    assert "Only NaN/Inf values disagree" in nan_only
+    assert "pass looser rtol=" not in nan_only
+    values = str(_mismatch(torch.tensor([1.0, 3.0]), torch.tensor([1.0, 2.0])))
+    assert "pass looser rtol= and atol=" in values
+    shape = str(_mismatch(torch.zeros(2), torch.zeros(3)))
+    assert "rtol=" not in shape.split("\n")[-1]

@@ -380,10 +380,15 @@ def assert_close(
     if len(pairs) > 1:
         parts.append(f"{len(mismatches)} of {len(pairs)} compared tensors differ.")
     parts += [m.message for m in mismatches]
-    if any(m.kind == "values" for m in mismatches):
+    if any(m.kind == "values" and m.max_abs_diff is not None for m in mismatches):
         parts.append(
             "If a difference of this size is expected (lower precision, another kernel"
             " or device), pass looser rtol= and atol=; otherwise the values really differ."
+        )
+    elif any(m.kind == "values" for m in mismatches):
+        parts.append(
+            "Only NaN/Inf values disagree: look for an overflow, a division by zero or a"
+            " log/sqrt of a non-positive number on the way to the actual value."
         )
     error = TensorMismatchError("\n".join(parts), mismatches)
     _announce(error)

@@ -1,0 +1,55 @@
+"""Show the failure reports of the plugins on tests that fail on purpose.
+
+Exits 0 when every gallery test failed with the expected report, 1 otherwise, so the
+demo stays a check that the reports really look like this.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+EXPECTED = [
+    # each line must appear in the output
+    "Tensors are not close at output['net.0.bias']",
+    "2 failed",
+    "This test ran with seed",
+    "NaN/Inf disagreements (1):",
+    "1 of 6 compared tensors differ.",
+]
+
+
+def main() -> int:
+    print("=" * 30, "failure gallery: these tests fail on purpose", "=" * 30, flush=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "torch_core",
+            "--no-header",
+            "-q",
+            "-rN",
+            "-o",
+            "addopts=",
+            "failure_gallery/gallery_failures.py",
+            *sys.argv[1:],
+        ],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+    )
+    print(result.stdout, result.stderr, sep="", flush=True)
+    missing = [line for line in EXPECTED if line not in result.stdout]
+    if result.returncode != 1 or missing:
+        print(f"failure gallery: unexpected result (exit {result.returncode}); missing: {missing}")
+        return 1
+    print("failure gallery: every test failed with the expected report")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,29 @@
+"""What failures look like: every test here fails on purpose.
+
+Run by ``python failure_gallery.py`` (part of the demo); not part of the example suite.
+"""
+
+from __future__ import annotations
+
+import torch
+from models import MLPRegressor
+
+from pytest_torch import assert_close
+
+
+def test_quantised_weights_drift(torch_device):
+    model = MLPRegressor().to(torch_device)
+    reference = {name: p.detach().clone() for name, p in model.state_dict().items()}
+    with torch.no_grad():
+        for param in model.parameters():  # a lossy round trip through bfloat16
+            param.copy_(param.to(torch.bfloat16).to(param.dtype))
+        model.net[0].bias[3] += 0.25  # and one real bug
+    # bfloat16's default tolerances accept the rounding, so only the bug is reported
+    assert_close(model.state_dict(), reference, rtol=1.6e-2, atol=1e-5)
+
+
+def test_loss_becomes_nan(torch_seed, make_tensor):
+    preds = make_tensor(2, 4)
+    targets = preds.clone()
+    preds[1, 2] = float("nan")
+    assert_close(preds, targets)

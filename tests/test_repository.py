@@ -1,0 +1,74 @@
+"""The repository a newcomer meets: README commands, CI script, tox envs, package layout."""
+
+from __future__ import annotations
+
+import configparser
+import re
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDERS = sorted(p for p in (REPO / "packages").iterdir() if (p / "pyproject.toml").exists())
+
+
+def _readme_commands() -> dict[str, str]:
+    text = (REPO / "README.md").read_text()
+    return dict(re.findall(r"<!-- (demo|test)-command -->\n```(?:bash|sh)\n(.+?)\n```", text))
+
+
+def test_readme_has_exactly_two_commands_near_the_top():
+    text = (REPO / "README.md").read_text()
+    commands = _readme_commands()
+    assert set(commands) == {"demo", "test"}
+    assert all("\n" not in c for c in commands.values()), "each is one command line"
+    assert text.count("```bash") == 2
+    assert text.index("<!-- test-command -->") < 2500
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "<!-- test-command -->" in ci, ".ci/run must take its command from README.md"
+    assert "tox" not in ci.replace("README", ""), ".ci/run must not restate the command"
+
+
+def test_tox_has_an_env_per_package_and_the_shared_envs():
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(REPO / "tox.ini")
+    envlist = [e.strip() for e in tox["tox"]["envlist"].split(",")]
+    for required in ("integration", "noautoload", "lint", "demo"):
+        assert required in envlist
+    for folder in FOLDERS:
+        env = "meta" if folder.name == "pytest-torch" else folder.name.removeprefix("pytest-torch-")
+        assert env in envlist, f"{folder.name} has no tox env of its own"
+        section = tox[f"testenv:{env}"]
+        assert f"packages/{folder.name}/tests" in section["commands"]
+        installed = re.findall(r"packages/([\w-]+)", section["deps"])
+        assert folder.name in installed
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD = 1" in tox["testenv:noautoload"]["set_env"]
+    constraints = (REPO / "constraints.txt").read_text()
+    assert re.search(r"^torch==2\.13\.0$", constraints, re.M)
+
+
+def test_every_package_has_its_own_readme_typing_marker_and_build_settings():
+    for folder in FOLDERS:
+        pyproject = tomllib.loads((folder / "pyproject.toml").read_text())
+        assert pyproject["build-system"]["build-backend"] == "hatchling.build"
+        assert pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == [
+            "src/pytest_torch"
+        ]
+        assert "dev-mode-exact" not in (folder / "pyproject.toml").read_text()
+        assert (folder / "README.md").read_text().strip()
+        assert list((folder / "src" / "pytest_torch").rglob("py.typed"))
+        namespace_init = folder / "src" / "pytest_torch" / "__init__.py"
+        assert namespace_init.exists() == (folder.name == "pytest-torch")
+
+
+def test_siblings_never_import_from_the_namespace_root():
+    for folder in FOLDERS:
+        if folder.name == "pytest-torch":
+            continue
+        for source in (folder / "src").rglob("*.py"):
+            text = source.read_text()
+            assert not re.search(
+                r"^\s*(from pytest_torch import|import pytest_torch$)", text, re.M
+            ), source
