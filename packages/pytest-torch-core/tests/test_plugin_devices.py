@@ -73,7 +73,8 @@ def test_unavailable_device_asked_for_explicitly_is_a_usage_error(pytester, run)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
-            "ERROR: --torch-device: cuda asked for but not available on this machine (available: cpu)*"
+            "ERROR: --torch-device: cuda asked for but not available on this machine"
+            " (available: cpu)*"
         ]
     )
 

@@ -12,11 +12,14 @@ SEED_FILE = """
     import numpy as np
     import torch
 
+    def draw():
+        return f"{random.random()!r} {np.random.rand()!r} {torch.rand(1).item()!r}"
+
     def test_a(torch_seed):
-        print(f"SEED a={torch_seed} {random.random()!r} {np.random.rand()!r} {torch.rand(1).item()!r}")
+        print(f"SEED a={torch_seed} {draw()}")
 
     def test_b(torch_seed):
-        print(f"SEED b={torch_seed} {random.random()!r} {np.random.rand()!r} {torch.rand(1).item()!r}")
+        print(f"SEED b={torch_seed} {draw()}")
 """
 
 

@@ -23,7 +23,7 @@ def test_shapes_dtypes_and_defaults():
 
 def test_bad_arguments_are_explained():
     make = tensor_factory("cpu")
-    with pytest.raises(TypeError, match="dtype must be a torch.dtype or its name"):
+    with pytest.raises(TypeError, match=r"dtype must be a torch\.dtype or its name"):
         make(2, dtype="float33")
     with pytest.raises(TypeError, match="non-negative integers"):
         make(2, -1)
