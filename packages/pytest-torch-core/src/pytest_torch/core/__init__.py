@@ -2,11 +2,26 @@
 
 Public names: :func:`assert_close` and :class:`TensorMismatchError` (tensor comparison
 with mismatch details), :func:`hardware_fingerprint`. The device layer lives in
-:mod:`pytest_torch.core.devices`. Importing this package does not import torch.
+:mod:`pytest_torch.core.devices`. Names are imported on first use, so loading the
+plugin stays cheap; nothing here imports torch.
 """
 
-from pytest_torch.core.compare import Mismatch, TensorMismatchError, assert_close
-from pytest_torch.core.fingerprint import HardwareFingerprint, hardware_fingerprint
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_torch.core.compare import Mismatch, TensorMismatchError, assert_close
+    from pytest_torch.core.fingerprint import HardwareFingerprint, hardware_fingerprint
+
+_EXPORTS = {
+    "HardwareFingerprint": "pytest_torch.core.fingerprint",
+    "Mismatch": "pytest_torch.core.compare",
+    "TensorMismatchError": "pytest_torch.core.compare",
+    "assert_close": "pytest_torch.core.compare",
+    "hardware_fingerprint": "pytest_torch.core.fingerprint",
+}
 
 __all__ = [
     "HardwareFingerprint",
@@ -15,3 +30,15 @@ __all__ = [
     "assert_close",
     "hardware_fingerprint",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'pytest_torch.core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
