@@ -6,13 +6,17 @@ import importlib
 import re
 import subprocess
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 import pytest_torch
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the oldest supported Python
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[3]
 PACKAGES = REPO / "packages"

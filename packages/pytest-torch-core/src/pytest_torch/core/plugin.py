@@ -31,7 +31,6 @@ class CoreSettings:
     device_types: list[str] | None
     device_source: str
     base_seed: int
-    seed_source: str
     _available: list[str] | None = field(default=None, repr=False)
 
     def available(self) -> list[str]:
@@ -102,7 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
         base_seed = seeding.parse_base_seed(option_or_ini(config, "torch_seed"), source=seed_source)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[settings_key] = CoreSettings(device_types, device_source, base_seed, seed_source)
+    config.stash[settings_key] = CoreSettings(device_types, device_source, base_seed)
     session.push(config)
 
 
