@@ -172,3 +172,23 @@ def test_hint_depends_on_what_differs():
     assert "pass looser rtol= and atol=" in values
     shape = str(_mismatch(torch.zeros(2), torch.zeros(3)))
     assert "rtol=" not in shape.split("\n")[-1]
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+def test_sparse_and_quantized_tensors_get_figures_too():
+    dense = torch.tensor([[0.0, 1.0], [2.0, 0.0]])
+    error = _mismatch(
+        dense.to_sparse(), (dense + torch.tensor([[0.0, 0.0], [0.5, 0.0]])).to_sparse()
+    )
+    assert error.mismatches[0].kind == "values"
+    assert "index (1, 0)" in str(error)
+    q = torch.quantize_per_tensor(dense, scale=0.5, zero_point=0, dtype=torch.quint8)
+    q2 = torch.quantize_per_tensor(dense + 1, scale=0.5, zero_point=0, dtype=torch.quint8)
+    error = _mismatch(q, q2)
+    assert "mismatched elements: 4 of 4" in str(error)
+
+
+def test_none_against_a_tensor_is_a_type_mismatch():
+    error = _mismatch(torch.ones(2), None)
+    assert error.mismatches[0].kind == "type"
+    assert "None" in str(error)

@@ -38,7 +38,8 @@ class Mismatch:
     actual: torch.Tensor | None
     expected: torch.Tensor | None
     #: "values" when both have the same shape and differ in values; otherwise the
-    #: metadata that differs ("shape", "dtype", "device", "layout", "stride", "type").
+    #: metadata that differs ("shape", "dtype", "device", "layout", "stride"), "type"
+    #: when one side is no tensor at all, or "other".
     kind: str
     message: str
     mismatched: int = 0
@@ -163,6 +164,18 @@ def _fmt_value(value: Any) -> str:
     return f"{value:.6g}"
 
 
+def _dense_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain strided CPU copy to compute figures on (sparse and quantized included)."""
+    import torch
+
+    tensor = tensor.detach()
+    if tensor.is_quantized:
+        tensor = tensor.dequantize()
+    if tensor.layout != torch.strided:
+        tensor = tensor.to_dense()
+    return tensor.to("cpu")
+
+
 def _value_details(
     path: str,
     actual: torch.Tensor,
@@ -176,10 +189,7 @@ def _value_details(
     """Compare values of two same-shape tensors; None when they are close."""
     import torch
 
-    a = actual.detach().to("cpu")
-    e = expected.detach().to("cpu")
-    if a.is_sparse or e.is_sparse or a.is_quantized or e.is_quantized:
-        return None
+    a, e = _dense_cpu(actual), _dense_cpu(expected)
     if rtol is None or atol is None:
         default_rtol, default_atol = default_tolerances(a.dtype, e.dtype)
         rtol = default_rtol if rtol is None else rtol
@@ -318,7 +328,7 @@ def _compare_leaf(
         )
         if details is not None:
             return details
-        kind = "type"
+        kind = "other"
     return Mismatch(path, a, e, kind, f"Mismatch at {path} ({kind}): {torch_message}")
 
 
