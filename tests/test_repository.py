@@ -45,6 +45,12 @@ def test_tox_has_an_env_per_package_and_the_shared_envs():
         installed = re.findall(r"packages/([\w-]+)", section["deps"])
         assert folder.name in installed
     assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD = 1" in tox["testenv:noautoload"]["set_env"]
+    for folder in FOLDERS:
+        assert f"packages/{folder.name}/src" in tox["testenv:lint"]["commands"], folder.name
+        assert f"packages/{folder.name}" in tox["testenv:integration"]["deps"], folder.name
+        if folder.name != "pytest-torch":
+            entry_point = "torch_" + folder.name.removeprefix("pytest-torch-")
+            assert f"-p {entry_point}" in tox["testenv:noautoload"]["commands"], entry_point
     constraints = (REPO / "constraints.txt").read_text()
     assert re.search(r"^torch==2\.13\.0$", constraints, re.M)
 

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
         assert_close,
     )
     from pytest_torch.core.fingerprint import HardwareFingerprint, hardware_fingerprint
+    from pytest_torch.perf.calls import measure_latency
+    from pytest_torch.perf.checks import PerfRegressionError
+    from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
+    from pytest_torch.perf.timing import LatencyResult
 
 #: public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
@@ -25,14 +29,24 @@ _EXPORTS: dict[str, str] = {
     "TensorMismatchError": "pytest_torch.core.compare",
     "HardwareFingerprint": "pytest_torch.core.fingerprint",
     "hardware_fingerprint": "pytest_torch.core.fingerprint",
+    "LatencyResult": "pytest_torch.perf.timing",
+    "PerfRegressionError": "pytest_torch.perf.checks",
+    "assert_no_host_sync": "pytest_torch.perf.syncs",
+    "find_host_syncs": "pytest_torch.perf.syncs",
+    "measure_latency": "pytest_torch.perf.calls",
 }
 
 __all__ = [
     "HardwareFingerprint",
+    "LatencyResult",
     "Mismatch",
+    "PerfRegressionError",
     "TensorMismatchError",
     "assert_close",
+    "assert_no_host_sync",
+    "find_host_syncs",
     "hardware_fingerprint",
+    "measure_latency",
 ]
 
 

@@ -10,6 +10,7 @@ torch is imported inside the functions: importing this module is free.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -247,3 +248,50 @@ def reset_peak_memory(device: torch.device | str) -> bool:
         return False
     reset(dev)
     return True
+
+
+class Stopwatch:
+    """Times work queued on one device: ``start()``, run the work, ``stop()`` -> seconds.
+
+    Accelerators with timing events (CUDA, XPU) are timed with events on the current
+    stream, so the figure is the device's time for the work; elsewhere the device is
+    synchronized before and after and the host clock is read.
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = as_device(device)
+        module = backend_module(self.device.type)
+        event = getattr(module, "Event", None)
+        self._events = (
+            self.device.type in ("cuda", "xpu")
+            and callable(event)
+            and is_available(self.device.type)
+        )
+        self._module = module
+        self._start: Any = None
+        self._end: Any = None
+        self._t0 = 0.0
+
+    @property
+    def uses_events(self) -> bool:
+        return bool(self._events)
+
+    def start(self) -> None:
+        if self._events:
+            assert self._module is not None
+            stream = self._module.current_stream(self.device)
+            self._start = self._module.Event(enable_timing=True)
+            self._end = self._module.Event(enable_timing=True)
+            self._start.record(stream)
+        else:
+            synchronize(self.device)
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        if self._events:
+            assert self._module is not None
+            self._end.record(self._module.current_stream(self.device))
+            self._end.synchronize()
+            return float(self._start.elapsed_time(self._end)) / 1e3
+        synchronize(self.device)
+        return time.perf_counter() - self._t0

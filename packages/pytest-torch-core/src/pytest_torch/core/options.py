@@ -47,3 +47,18 @@ def option_source(config: pytest.Config, ini: str, flag: str) -> str:
         return flag
     inipath = config.inipath.name if config.inipath else "the ini file"
     return f"{ini} (in {inipath})"
+
+
+def add_flag_with_ini(
+    parser: pytest.Parser,
+    group: pytest.OptionGroup,
+    flag: str,
+    *,
+    ini: str,
+    help: str,
+) -> None:
+    """Declare an on/off ``flag`` and its boolean ini twin (``ini = true``)."""
+    group.addoption(
+        flag, dest=ini, action="store_const", const=True, default=None, help=f"{help} (ini: {ini})"
+    )
+    parser.addini(ini, f"{help} (command line: {flag})", type="bool", default=False)

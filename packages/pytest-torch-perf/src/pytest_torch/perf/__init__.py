@@ -1,0 +1,45 @@
+"""pytest-torch-perf: latency budgets, performance baselines and host-sync checks.
+
+Public names: :func:`assert_no_host_sync`, :func:`find_host_syncs`,
+:func:`measure_latency`, :class:`LatencyResult`, :class:`PerfRegressionError`.
+Imported on first use; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_torch.perf.calls import measure_latency
+    from pytest_torch.perf.checks import PerfRegressionError
+    from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
+    from pytest_torch.perf.timing import LatencyResult
+
+_EXPORTS = {
+    "LatencyResult": "pytest_torch.perf.timing",
+    "PerfRegressionError": "pytest_torch.perf.checks",
+    "assert_no_host_sync": "pytest_torch.perf.syncs",
+    "find_host_syncs": "pytest_torch.perf.syncs",
+    "measure_latency": "pytest_torch.perf.calls",
+}
+
+__all__ = [
+    "LatencyResult",
+    "PerfRegressionError",
+    "assert_no_host_sync",
+    "find_host_syncs",
+    "measure_latency",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'pytest_torch.perf' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,197 @@
+"""The baseline file: recorded figures per machine and test, and the regression rule.
+
+Layout (sorted keys, two-space indent, one trailing newline, so diffs stay small)::
+
+    {
+      "format": 1,
+      "machines": {
+        "<hardware fingerprint key>": {
+          "<test node id>[::<name>]": {
+            "latency_ms": 1.23, "stat": "median", "spread": 0.02,
+            "peak_memory": {"cuda:0": 1048576},
+            "device": "cpu", "threads": 2,
+            "torch": "2.13.0", "python": "3.11.7", "recorded": "2026-11-30T06:00:00+00:00"
+          }
+        }
+      }
+    }
+
+Writes take a file lock, re-read the file, merge, and atomically replace it, so
+concurrent writers lose nothing and a crash leaves the old or the new file, never a
+torn one. A file that cannot be read is reported, never overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+
+
+class BaselineFileError(Exception):
+    """The baseline file exists but cannot be used; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Figures recorded for one test on one machine."""
+
+    latency_ms: float
+    stat: str
+    spread: float
+    device: str
+    threads: int
+    torch: str
+    python: str
+    recorded: str
+    peak_memory: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        # rounded so re-recording an unchanged figure changes few characters
+        data["latency_ms"] = float(f"{self.latency_ms:.4g}")
+        data["spread"] = round(self.spread, 3)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str) -> Baseline:
+        try:
+            return cls(
+                latency_ms=float(data["latency_ms"]),
+                stat=str(data["stat"]),
+                spread=float(data.get("spread", 0.0)),
+                device=str(data["device"]),
+                threads=int(data["threads"]),
+                torch=str(data.get("torch", "?")),
+                python=str(data.get("python", "?")),
+                recorded=str(data.get("recorded", "?")),
+                peak_memory={str(k): int(v) for k, v in dict(data.get("peak_memory", {})).items()},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BaselineFileError(f"{where}: entry is malformed ({exc!r})") from None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of comparing one figure with its baseline."""
+
+    regressed: bool
+    limit: float
+    ratio: float
+
+    @property
+    def change(self) -> float:
+        """Relative change: +0.42 is 42 % slower (or larger)."""
+        return self.ratio - 1.0
+
+
+def judge(new: float, baseline: float, tolerance: float, slack: float) -> Verdict:
+    """The rule: a regression is ``new > baseline * (1 + tolerance) + slack``.
+
+    Faster (or smaller) is never a regression.
+    """
+    limit = baseline * (1 + tolerance) + slack
+    ratio = new / baseline if baseline > 0 else (1.0 if new == 0 else float("inf"))
+    return Verdict(regressed=new > limit, limit=limit, ratio=ratio)
+
+
+def _fix_hint(path: Path) -> str:
+    return (
+        f"Fix or restore it from version control (git checkout -- {path.name}), or delete"
+        f" it and re-record with: pytest --torch-update-perf"
+    )
+
+
+class BaselineFile:
+    """Reads and merges the baseline file at ``path``."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+
+    def read(self) -> dict[str, dict[str, Baseline]]:
+        """Fingerprint key -> test key -> Baseline; empty when the file does not exist."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise BaselineFileError(
+                f"cannot read the perf baseline file {self.path}: {exc.strerror}."
+                f" {_fix_hint(self.path)}"
+            ) from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BaselineFileError(
+                f"the perf baseline file {self.path} is not valid JSON (line {exc.lineno},"
+                f" column {exc.colno}: {exc.msg}). Nothing was changed. {_fix_hint(self.path)}"
+            ) from None
+        if not isinstance(data, dict) or not isinstance(data.get("machines"), dict):
+            raise BaselineFileError(
+                f"the perf baseline file {self.path} does not have the expected layout"
+                f' (an object with "format" and "machines"). Nothing was changed.'
+                f" {_fix_hint(self.path)}"
+            )
+        if data.get("format") != FORMAT:
+            raise BaselineFileError(
+                f"the perf baseline file {self.path} has format {data.get('format')!r};"
+                f" this version of pytest-torch-perf reads format {FORMAT}. Upgrade"
+                f" pytest-torch-perf, or re-record with: pytest --torch-update-perf"
+            )
+        machines: dict[str, dict[str, Baseline]] = {}
+        for machine, tests in data["machines"].items():
+            if not isinstance(tests, dict):
+                raise BaselineFileError(f"{self.path}: machine {machine!r} is malformed")
+            machines[machine] = {
+                key: Baseline.from_json(entry, f"{self.path}: {key!r}")
+                for key, entry in tests.items()
+            }
+        return machines
+
+    def lookup(self, machine: str, test: str) -> Baseline | None:
+        return self.read().get(machine, {}).get(test)
+
+    def merge(self, updates: Mapping[str, Mapping[str, Baseline]]) -> None:
+        """Add or replace entries, keeping every other one, under the file lock."""
+        from filelock import FileLock
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.lock_path), timeout=60):
+            machines = self.read()
+            for machine, tests in updates.items():
+                machines.setdefault(machine, {}).update(tests)
+            document = {
+                "format": FORMAT,
+                "machines": {
+                    machine: {key: entry.to_json() for key, entry in tests.items()}
+                    for machine, tests in machines.items()
+                },
+            }
+            write_atomically(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``: a reader sees the old or the new file, never half."""
+    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        if path.exists():
+            os.chmod(temp, path.stat().st_mode & 0o777)
+        else:
+            os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise

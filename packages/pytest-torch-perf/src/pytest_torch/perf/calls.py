@@ -1,0 +1,99 @@
+"""Turning ``model_or_callable, *inputs, **kwargs`` into something to time."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from pytest_torch.core import devices
+from pytest_torch.perf.timing import LatencyResult, SamplingSettings, measure
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+def infer_device(target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.device:
+    """The device the work runs on: the inputs', else the module's parameters', else cpu."""
+    import torch
+
+    for tensor in _tensors((inputs, kwargs)):
+        return tensor.device
+    if isinstance(target, torch.nn.Module):
+        for tensor in target.parameters():
+            return tensor.device
+        for tensor in target.buffers():
+            return tensor.device
+    return torch.device("cpu")
+
+
+def bind(target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], object]:
+    """A no-argument callable that runs the target once."""
+    if not callable(target):
+        raise TypeError(
+            f"expected a torch.nn.Module or a callable to time, got {type(target).__name__}"
+        )
+
+    def run() -> object:
+        return target(*inputs, **kwargs)
+
+    return run
+
+
+def run_context(target: Any) -> contextlib.AbstractContextManager[Any]:
+    """Modules run in inference mode; callables run as given (a training step works)."""
+    import torch
+
+    if isinstance(target, torch.nn.Module):
+        return torch.inference_mode()
+    return contextlib.nullcontext()
+
+
+def measure_latency(
+    target: Any,
+    *inputs: Any,
+    settings: SamplingSettings | None = None,
+    device: torch.device | str | None = None,
+    **kwargs: Any,
+) -> LatencyResult:
+    """Measure ``target(*inputs, **kwargs)`` on its device; see :func:`timing.measure`."""
+    import torch
+
+    dev = devices.as_device(device) if device is not None else infer_device(target, inputs, kwargs)
+    run = bind(target, inputs, kwargs)
+    with run_context(target):
+        return measure(
+            run,
+            timer=devices.Stopwatch(dev),
+            device=str(dev),
+            threads=torch.get_num_threads(),
+            settings=settings,
+        )
+
+
+def peak_memory(target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, int]:
+    """Peak bytes allocated during one call, per device the core layer can measure."""
+    dev = infer_device(target, inputs, kwargs)
+    if not devices.reset_peak_memory(dev):
+        return {}
+    run = bind(target, inputs, kwargs)
+    with run_context(target):
+        run()
+    devices.synchronize(dev)
+    stats = devices.memory_stats(dev)
+    if stats is None or stats.peak is None:
+        return {}
+    return {str(dev): stats.peak}

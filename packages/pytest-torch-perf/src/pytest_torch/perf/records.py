@@ -1,0 +1,94 @@
+"""Results of perf checks as they travel to the end-of-run table and to JUnit XML.
+
+Each result is stored in the test report's ``user_properties`` as flat, readable
+properties (``torch_perf.<label>.<field>``), which pytest writes into JUnit XML and
+pytest-xdist carries from workers to the controller; the table is rebuilt from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+
+PREFIX = "torch_perf."
+_NUMBERS = ("measured_ms", "reference_ms", "change_pct", "spread_pct", "peak_memory_mb")
+
+
+@dataclass
+class PerfRecord:
+    """One line of the end-of-run table."""
+
+    label: str
+    check: str  # "budget" or "baseline"
+    stat: str
+    measured_ms: float | None  # None when nothing was compared
+    verdict: str
+    reference_ms: float | None = None  # the budget or the baseline
+    change_pct: float | None = None
+    spread_pct: float | None = None
+    peak_memory_mb: float | None = None
+
+    def to_properties(self) -> list[tuple[str, object]]:
+        out: list[tuple[str, object]] = []
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name != "label" and value is not None:
+                if isinstance(value, float):
+                    value = round(value, 6)
+                out.append((f"{PREFIX}{self.label}.{item.name}", value))
+        return out
+
+    @classmethod
+    def from_properties(cls, properties: Iterable[tuple[str, object]]) -> list[PerfRecord]:
+        grouped: dict[str, dict[str, object]] = {}
+        for name, value in properties:
+            if not name.startswith(PREFIX):
+                continue
+            label, _, field_name = name[len(PREFIX) :].rpartition(".")
+            grouped.setdefault(label, {})[field_name] = value
+        records = []
+        names = [f.name for f in fields(cls) if f.name != "label"]
+        for label, values in grouped.items():
+            if not {"check", "stat", "verdict"} <= set(values):
+                continue  # not one of ours
+            data = {name: values.get(name) for name in names}
+            try:
+                for name in _NUMBERS:
+                    data[name] = None if data[name] is None else float(data[name])  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                continue
+            records.append(cls(label=label, **data))  # type: ignore[arg-type]
+        return records
+
+
+def render_table(records: list[PerfRecord]) -> list[str]:
+    """An aligned table with units, one row per record."""
+    from pytest_torch.perf.timing import fmt_ms
+
+    header = ("test", "check", "statistic", "measured", "reference", "change", "verdict")
+    rows = [header]
+    for record in records:
+        reference = "-" if record.reference_ms is None else fmt_ms(record.reference_ms)
+        change = "-" if record.change_pct is None else f"{record.change_pct:+.1f} %"
+        rows.append(
+            (
+                record.label,
+                record.check,
+                record.stat,
+                "-" if record.measured_ms is None else fmt_ms(record.measured_ms),
+                reference,
+                change,
+                record.verdict,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [
+            cell.ljust(width) if column in (0, 1, 2, 6) else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return lines

@@ -1,0 +1,144 @@
+"""Unit tests of the baseline file and the regression rule."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from pytest_torch.perf.baselines import Baseline, BaselineFile, BaselineFileError, judge
+
+
+def entry(latency_ms=1.0, threads=2, **extra) -> Baseline:
+    return Baseline(
+        latency_ms=latency_ms,
+        stat="median",
+        spread=0.01,
+        device="cpu",
+        threads=threads,
+        torch="2.13.0",
+        python="3.11.7",
+        recorded="2026-11-30T00:00:00+00:00",
+        **extra,
+    )
+
+
+@pytest.mark.parametrize(
+    ("new", "regressed"),
+    [(1.0, False), (0.2, False), (1.39, False), (1.4, False), (1.41, True), (3.0, True)],
+)
+def test_regression_rule(new, regressed):
+    # limit = 1.0 * (1 + 0.3) + 0.1 = 1.4
+    verdict = judge(new, 1.0, 0.3, 0.1)
+    assert verdict.regressed is regressed
+    assert verdict.limit == pytest.approx(1.4)
+    assert verdict.ratio == pytest.approx(new)
+
+
+def test_faster_is_never_a_regression():
+    assert not judge(0.0, 5.0, 0.0, 0.0).regressed
+    assert judge(0.5, 1.0, 0.3, 0.0).change == pytest.approx(-0.5)
+
+
+def test_round_trip_and_merge_keep_every_entry(tmp_path):
+    store = BaselineFile(tmp_path / "b.json")
+    assert store.read() == {}
+    store.merge({"machine A": {"t::a": entry(1.0)}})
+    store.merge({"machine A": {"t::b": entry(2.0)}, "machine B": {"t::a": entry(3.0)}})
+    data = store.read()
+    assert data["machine A"]["t::a"].latency_ms == 1.0
+    assert data["machine A"]["t::b"].latency_ms == 2.0
+    assert store.lookup("machine B", "t::a").latency_ms == 3.0
+    assert store.lookup("machine C", "t::a") is None
+
+
+def test_formatting_is_sorted_stable_and_rounded(tmp_path):
+    store = BaselineFile(tmp_path / "b.json")
+    store.merge({"m": {"z": entry(1.23456789), "a": entry(2.0, peak_memory={"cuda:0": 5})}})
+    first = store.path.read_text()
+    store.merge({"m": {"z": entry(1.23456789)}})
+    assert store.path.read_text() == first
+    assert first.endswith("}\n")
+    document = json.loads(first)
+    assert list(document["machines"]["m"]) == ["a", "z"]
+    assert document["machines"]["m"]["z"]["latency_ms"] == 1.235
+    assert first == json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{not json", "is not valid JSON (line 1"),
+        ("", "is not valid JSON"),
+        ("[]", "does not have the expected layout"),
+        ('{"format": 1, "machines": []}', "does not have the expected layout"),
+        ('{"format": 99, "machines": {}}', "has format 99"),
+        ('{"format": 1, "machines": {"m": {"t": {"stat": "median"}}}}', "entry is malformed"),
+    ],
+)
+def test_unusable_files_are_reported_with_their_path_and_never_replaced(
+    tmp_path, content, expected
+):
+    path = tmp_path / "b.json"
+    path.write_text(content)
+    store = BaselineFile(path)
+    with pytest.raises(BaselineFileError) as info:
+        store.read()
+    assert str(path) in str(info.value)
+    assert expected in str(info.value)
+    with pytest.raises(BaselineFileError):
+        store.merge({"m": {"t": entry()}})
+    assert path.read_text() == content
+
+
+WRITER = """
+import sys
+from pytest_torch.perf.baselines import Baseline, BaselineFile
+path, worker = sys.argv[1], int(sys.argv[2])
+store = BaselineFile(path)
+for index in range(5):
+    entry = Baseline(float(index + 1), "median", 0.0, "cpu", 1, "2.13.0", "3.11", "now")
+    store.merge({f"machine {worker % 2}": {f"test_{worker}_{index}": entry}})
+"""
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = str(tmp_path / "b.json")
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, path, str(w)]) for w in range(8)]
+    assert [writer.wait(timeout=120) for writer in writers] == [0] * 8
+    data = BaselineFile(path).read()
+    found = {key for tests in data.values() for key in tests}
+    assert found == {f"test_{w}_{i}" for w in range(8) for i in range(5)}
+
+
+def test_a_writer_killed_mid_write_leaves_a_valid_file(tmp_path):
+    path = tmp_path / "b.json"
+    BaselineFile(path).merge({"m": {"seed": entry()}})
+    script = textwrap.dedent(
+        f"""
+        from pytest_torch.perf.baselines import Baseline, BaselineFile
+        store = BaselineFile({str(path)!r})
+        i = 0
+        while True:
+            i += 1
+            one = Baseline(1.0, "median", 0.0, "cpu", 1, "x", "y", "z")
+            big = {{f"t{{i}}_{{j}}": one for j in range(300)}}
+            store.merge({{"m": big}})
+        """
+    )
+    for delay in (0.3, 0.55, 0.8):
+        child = subprocess.Popen([sys.executable, "-c", script])
+        time.sleep(delay)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        data = BaselineFile(path).read()  # valid JSON, the old or the new content
+        assert "seed" in data["m"]
+    # neither the lock file nor leftover temp files block the next writer
+    BaselineFile(path).merge({"m": {"after": entry()}})
+    assert "after" in BaselineFile(path).read()["m"]

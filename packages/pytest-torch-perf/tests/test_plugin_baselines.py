@@ -1,0 +1,216 @@
+"""perf_baseline in real runs: recording, comparing, and every way it can refuse.
+
+Regressions are produced by editing the recorded figures (a baseline far below any
+real timing, slack 0), never by racing the clock.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SUITE = """
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+def test_speed(make_tensor, perf_baseline):
+    perf_baseline(model, make_tensor(8, 16), latency_tolerance=10.0)
+
+def test_two_sizes(make_tensor, perf_baseline):
+    perf_baseline(model, make_tensor(1, 16), latency_tolerance=10.0, name="b1")
+    perf_baseline(model, make_tensor(64, 16), latency_tolerance=10.0, name="b64")
+"""
+FAST = "--torch-perf-max-time=0.05"
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    return pytester
+
+
+def _baselines(pytester) -> dict:
+    return json.loads((pytester.path / ".torch-perf-baselines.json").read_text())
+
+
+def _edit(pytester, **fields) -> None:
+    document = _baselines(pytester)
+    for tests in document["machines"].values():
+        for entry in tests.values():
+            entry.update(fields)
+    (pytester.path / ".torch-perf-baselines.json").write_text(json.dumps(document))
+
+
+def test_record_then_compare(suite, run):
+    result = run(FAST, "--torch-update-perf")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*- torch perf -*",
+            "test_suite.py::test_speed * baseline * median * recorded*",
+            "recorded 3 perf baseline(s) for this machine in *.torch-perf-baselines.json",
+        ]
+    )
+    (machine,) = _baselines(suite)["machines"].values()
+    assert sorted(machine) == [
+        "test_suite.py::test_speed",
+        "test_suite.py::test_two_sizes::b1",
+        "test_suite.py::test_two_sizes::b64",
+    ]
+    entry = machine["test_suite.py::test_speed"]
+    assert {"latency_ms", "threads", "torch", "python", "recorded", "device"} <= set(entry)
+    result = run(FAST)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["test_suite.py::test_speed * baseline * median * ok"])
+
+
+def test_parametrized_tests_are_keyed_by_their_full_id(pytester, run):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_p(perf_baseline, n):
+            perf_baseline(lambda: sum(range(n)))
+        """
+    )
+    run(FAST, "--torch-update-perf").assert_outcomes(passed=2)
+    (machine,) = _baselines(pytester)["machines"].values()
+    assert sorted(machine) == [
+        "test_parametrized_tests_are_keyed_by_their_full_id.py::test_p[1]",
+        "test_parametrized_tests_are_keyed_by_their_full_id.py::test_p[2]",
+    ]
+
+
+def test_regression_fails_after_confirmation_with_the_rerecord_command(suite, run):
+    run(FAST, "--torch-update-perf").assert_outcomes(passed=2)
+    _edit(suite, latency_ms=1e-9)
+    result = run(FAST, "--torch-perf-slack-ms=0", "-k", "test_speed")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            ">       perf_baseline(model, make_tensor(8, 16), latency_tolerance=10.0)",
+            "E       pytest_torch.perf.checks.PerfRegressionError: performance regression in"
+            " test_suite.py::test_speed:",
+            "E         latency (median): * vs baseline 1e-06 µs = *x (+*%); limit * = baseline x"
+            " (1 + tolerance 10) + slack 0 µs",
+            "E         now: median *",
+            "E         baseline: recorded * with torch *, * thread(s), on cpu: *",
+            "E         note: confirmed by a second measurement (first: *)",
+            "E         If the slowdown is intended *, re-record with: pytest --torch-update-perf"
+            " test_suite.py::test_speed",
+        ]
+    )
+    result.stdout.fnmatch_lines(["test_suite.py::test_speed * REGRESSION"])
+    assert "plugin.py" not in result.stdout.str()
+
+
+def test_missing_baseline_skips_or_fails_when_strict(suite, run):
+    result = run(FAST, "-rs", "-k", "test_speed")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED [[]1[]] test_suite.py:*: no perf baseline for test_suite.py::test_speed on this"
+            " machine (cpu: *). Record one with: pytest --torch-update-perf*"
+        ]
+    )
+    run(FAST, "--torch-perf-strict", "-k", "test_speed").assert_outcomes(failed=1)
+    suite.makeini("[pytest]\ntorch_perf_strict = true\n")
+    run(FAST, "-k", "test_speed").assert_outcomes(failed=1)
+
+
+def test_other_thread_count_is_not_judged(suite, run):
+    run(FAST, "--torch-update-perf").assert_outcomes(passed=2)
+    _edit(suite, threads=999)
+    result = run(FAST, "-rs", "-k", "test_speed")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*recorded with 999 thread(s), this run uses *not comparable*"])
+    run(FAST, "--torch-perf-strict", "-k", "test_speed").assert_outcomes(failed=1)
+
+
+def test_corrupt_file_fails_clearly_and_is_left_alone(suite, run):
+    path = suite.path / ".torch-perf-baselines.json"
+    path.write_text("{oops")
+    result = run(FAST, "-k", "test_speed")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"E * the perf baseline file {path} is not valid JSON*"])
+    result = run(FAST, "--torch-update-perf")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: the perf baseline file {path} is not valid JSON*"])
+    assert path.read_text() == "{oops"
+
+
+def test_baseline_path_option_and_ini_twin(suite, run):
+    run(FAST, "--torch-update-perf", "--torch-perf-baselines=perf/custom.json").assert_outcomes(
+        passed=2
+    )
+    assert (suite.path / "perf" / "custom.json").exists()
+    suite.makeini("[pytest]\ntorch_perf_baselines = perf/custom.json\n")
+    run(FAST, "-k", "test_speed").assert_outcomes(passed=1)
+    suite.makeini("[pytest]\ntorch_update_perf = true\ntorch_perf_baselines = other.json\n")
+    run(FAST).assert_outcomes(passed=2)
+    assert (suite.path / "other.json").exists()
+
+
+def test_the_same_name_twice_is_an_error(pytester, run):
+    pytester.makepyfile(
+        """
+        def test_twice(perf_baseline):
+            perf_baseline(lambda: None, name="a")
+            perf_baseline(lambda: None, name="a")
+        """
+    )
+    result = run(FAST, "--torch-update-perf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*perf_baseline was called twice for *::test_twice::a; give each*"]
+    )
+
+
+def test_recording_under_xdist_is_refused(suite, run):
+    result = run(FAST, "--torch-update-perf", "-p", "xdist", "-n", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --torch-update-perf cannot record under pytest-xdist (-n): timings taken while*"]
+    )
+
+
+def test_comparing_under_xdist_works_and_the_table_is_complete(suite, run):
+    # one thread per process: two workers on a small machine must not oversubscribe it
+    suite.makeconftest(
+        """
+        import pytest, torch
+
+        @pytest.fixture(autouse=True)
+        def _one_thread():
+            before = torch.get_num_threads()
+            torch.set_num_threads(1)
+            yield
+            torch.set_num_threads(before)
+        """
+    )
+    run(FAST, "--torch-update-perf").assert_outcomes(passed=2)
+    result = run(FAST, "-p", "xdist", "-n", "2")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["test_suite.py::test_two_sizes::b64 * baseline * ok"])
+
+
+def test_perf_alone_with_autoload_off_brings_core(suite, run, monkeypatch):
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    result = run(FAST, "--torch-update-perf")
+    result.assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize("value", ["-1", "'x'", "True"])
+def test_bad_tolerance_is_explained(pytester, run, value):
+    pytester.makepyfile(
+        f"""
+        def test_x(perf_baseline):
+            perf_baseline(lambda: None, latency_tolerance={value})
+        """
+    )
+    result = run(FAST, "--torch-update-perf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*perf_baseline: latency_tolerance must be a number >= 0, got *"])

@@ -1,0 +1,162 @@
+"""Latency budgets in real runs (budgets far from the real timings: no clock races)."""
+
+from __future__ import annotations
+
+import pytest
+
+MODEL = """
+import pytest
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+"""
+
+
+def test_within_budget_passes_and_returns_the_distribution(pytester, run):
+    pytester.makepyfile(
+        MODEL
+        + """
+@pytest.mark.torch_max_latency(ms=10_000)
+def test_fast(make_tensor, latency):
+    result = latency(model, make_tensor(8, 16))
+    assert 0 < result.min <= result.median <= result.p90 <= result.p99
+    assert result.runs >= 3 and result.warmup_calls >= 1 and result.first_call_ms > 0
+    assert result.device == "cpu" and result.threads == torch.get_num_threads()
+
+def test_without_marker_just_measures(latency):
+    assert latency(lambda: sum(range(100))).median > 0
+"""
+    )
+    result = run("--torch-perf-max-time=0.05")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*- torch perf -*",
+            "test * check * statistic * measured * reference * change * verdict",
+            "*::test_fast * budget * median * 10 s * within budget",
+        ]
+    )
+
+
+def test_over_budget_fails_at_the_users_line_with_the_distribution(pytester, run):
+    pytester.makepyfile(
+        MODEL
+        + """
+@pytest.mark.torch_max_latency(1e-6, stat="p90")
+def test_slow(make_tensor, latency):
+    x = make_tensor(8, 16)
+    latency(model, x)
+"""
+    )
+    result = run("--torch-perf-max-time=0.05")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            ">       latency(model, x)",
+            "E       pytest_torch.perf.checks.PerfRegressionError: latency budget exceeded:"
+            " p90 * > budget 0.001 µs (+*",
+            "E         distribution: median *, p10 *, p90 *, min *, IQR * samples x * after *"
+            " warm-up calls (stopped by *); first call * (excluded); cpu, * thread*",
+            "E         what to try: *",
+        ]
+    )
+    assert "plugin.py" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*::test_slow * budget * p90 * OVER BUDGET"])
+
+
+def test_marker_without_a_latency_call_fails(pytester, run):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.torch_max_latency(ms=5)
+        def test_forgot(latency):
+            pass
+        """
+    )
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*test_forgot is marked @pytest.mark.torch_max_latency but never called latency(...)*"]
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("marker", "signature", "expected"),
+    [
+        ("torch_max_latency(ms=5)", "()", "needs the latency fixture"),
+        ("torch_max_latency()", "(latency)", "needs a positive budget in milliseconds, got None"),
+        ("torch_max_latency(ms=-1)", "(latency)", "needs a positive budget"),
+        ("torch_max_latency(5, stat='p95')", "(latency)", "stat must be one of"),
+        ("torch_max_latency(5, budget=1)", "(latency)", "unknown keyword(s) budget"),
+    ],
+)
+def test_bad_markers_are_collection_errors_naming_the_test(
+    pytester, run, marker, signature, expected
+):
+    pytester.makepyfile(
+        f"""
+        import pytest
+
+        @pytest.mark.{marker}
+        def test_x{signature}:
+            pass
+        """
+    )
+    result = run()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*.py::test_x: @pytest.mark.torch_max_latency *{expected}*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    "flag", ["--torch-perf-max-time=0", "--torch-perf-max-time=abc", "--torch-perf-slack-ms=-1"]
+)
+def test_bad_options_are_usage_errors(pytester, run, flag):
+    pytester.makepyfile("def test_x(): pass")
+    result = run(flag)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: {flag.split('=')[0]} (ini *): expected a positive number*"]
+    )
+
+
+def test_max_time_ini_twin(pytester, run):
+    pytester.makeini("[pytest]\ntorch_perf_max_time = abc\n")
+    pytester.makepyfile("def test_x(): pass")
+    assert run().ret == pytest.ExitCode.USAGE_ERROR
+    assert run("--torch-perf-max-time=0.05").ret == 0  # the command line wins
+
+
+def test_figures_go_to_junit_xml(pytester, run):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.torch_max_latency(ms=10_000)
+        def test_x(latency):
+            latency(lambda: None)
+        """
+    )
+    run("--torch-perf-max-time=0.05", "--junitxml=report.xml").assert_outcomes(passed=1)
+    xml = (pytester.path / "report.xml").read_text()
+    assert 'name="torch_perf.test_figures_go_to_junit_xml.py::test_x.measured_ms"' in xml
+    assert (
+        'name="torch_perf.test_figures_go_to_junit_xml.py::test_x.verdict" value="within budget"'
+        in xml
+    )
+
+
+def test_help_and_markers(pytester, run):
+    run("--help").stdout.fnmatch_lines(
+        [
+            "torch-perf: latency budgets and perf baselines:",
+            "*--torch-update-perf*",
+            "*--torch-perf-strict*",
+            "*--torch-perf-baselines=PATH*",
+            "*--torch-perf-max-time=SECONDS*",
+            "*--torch-perf-slack-ms=MS*",
+        ]
+    )
+    run("--markers").stdout.fnmatch_lines(["@pytest.mark.torch_max_latency(ms, stat='median'):*"])
