@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,13 @@ def test_example_test_files_pass(page, pytester):
         pytest.skip(f"{page.name} has no example test files")
     for name, code in files.items():
         pytester.path.joinpath(name).write_text(code)
-    result = pytester.runpytest("-p", "torch_core", "-v")
+    plugins = sorted(
+        ep.name
+        for ep in metadata.entry_points(group="pytest11")
+        if ep.dist is not None and ep.dist.name.startswith("pytest-torch")
+    )
+    args = [arg for name in plugins for arg in ("-p", name)]
+    result = pytester.runpytest(*args, "-v", "--torch-perf-max-time=0.05")
     outcomes = result.parseoutcomes()
     assert result.ret == 0, result.stdout.str()
     assert outcomes.get("passed", 0) >= 1

@@ -5,10 +5,11 @@ Run by ``python failure_gallery.py`` (part of the demo); not part of the example
 
 from __future__ import annotations
 
+import pytest
 import torch
 from models import MLPRegressor
 
-from pytest_torch import assert_close
+from pytest_torch import assert_close, assert_no_host_sync
 
 
 def test_quantised_weights_drift(torch_device):
@@ -27,3 +28,19 @@ def test_loss_becomes_nan(torch_seed, make_tensor):
     targets = preds.clone()
     preds[1, 2] = float("nan")
     assert_close(preds, targets)
+
+
+@pytest.mark.torch_max_latency(ms=0.001)
+def test_model_over_its_latency_budget(make_tensor, latency):
+    latency(MLPRegressor(), make_tensor(256, 16))
+
+
+def confident_predictions(logits):
+    confident = logits[logits.softmax(dim=1).max(dim=1).values > 0.5]  # data-dependent shape
+    if not confident.any():  # reads a value on the host
+        return None
+    return confident.argmax(dim=1).tolist()  # copies to the host
+
+
+def test_postprocessing_waits_for_the_device(make_tensor):
+    assert_no_host_sync(confident_predictions, make_tensor(16, 10))

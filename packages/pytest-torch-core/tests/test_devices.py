@@ -75,6 +75,7 @@ def test_cpu_memory_is_not_reported_by_this_layer_yet():
     assert devices.compute_capability("cpu") is None
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_memory_stats_follow_allocations():
     device = torch.device("cuda", torch.cuda.current_device())

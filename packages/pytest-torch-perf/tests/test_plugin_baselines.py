@@ -214,3 +214,28 @@ def test_bad_tolerance_is_explained(pytester, run, value):
     result = run(FAST, "--torch-update-perf")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*perf_baseline: latency_tolerance must be a number >= 0, got *"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_baseline_records_and_compares_peak_memory(pytester, run):
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_alloc(perf_baseline):
+            x = torch.randn(1024, 1024, device="cuda")
+            perf_baseline(lambda t: (t @ t).sum(), x, latency_tolerance=10.0)
+        """
+    )
+    run(FAST, "--torch-update-perf").assert_outcomes(passed=1)
+    (machine,) = _baselines(pytester)["machines"].values()
+    (entry,) = machine.values()
+    assert entry["device"].startswith("cuda")
+    (peak,) = entry["peak_memory"].values()
+    assert peak >= 4 * 2**20  # the 1024x1024 float32 product
+    run(FAST).assert_outcomes(passed=1)
+    _edit(pytester, peak_memory={entry["device"]: 1024})
+    result = run(FAST)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["E * peak memory on cuda:*: * MiB vs baseline 0.0 MiB*"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 
 import pytest
 import torch
@@ -74,7 +75,7 @@ def test_failure_lists_every_event_and_says_cpu_would_sync():
     message = str(info.value)
     assert message.startswith(f"expected no host-device synchronisation, found {len(EXPECTED)}")
     assert (
-        f"item [cpu] at {__file__}:{line_of(everything, '.item()')}  top = y.max().item()"
+        f"item [cpu] at {os.path.relpath(__file__)}:{line_of(everything, '.item()')}  top = y.max().item()"
         in message
     )
     assert "on a GPU each would make the host wait for the device" in message
@@ -136,6 +137,7 @@ def test_modes_are_removed_afterwards_even_when_the_function_raises():
     assert _get_current_dispatch_mode_stack() == []
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_syncs_are_found_and_the_debug_mode_is_restored():
     x = torch.randn(1024, device="cuda")

@@ -157,3 +157,20 @@ def test_real_measurement_of_a_module_runs_in_inference_mode():
     seen.clear()
     measure_latency(step, torch.ones(4), settings=SamplingSettings(max_time=0.05))
     assert not any(seen)  # callables run as given
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_latency_is_timed_with_events():
+    import torch
+
+    from pytest_torch.core.devices import Stopwatch
+    from pytest_torch.perf import measure_latency
+
+    a = torch.randn(2048, 2048, device="cuda")
+    assert Stopwatch(a.device).uses_events
+    result = measure_latency(torch.matmul, a, a, settings=SamplingSettings(max_time=0.2))
+    assert result.device.startswith("cuda")
+    # a 2048^3 matmul is far above a microsecond on any GPU: the timings include the kernel
+    assert result.median > 1e-3
+    assert result.first_call_ms > 0

@@ -68,10 +68,19 @@ class SyncEvent:
     device: str = ""
 
     def describe(self) -> str:
-        where = f"{self.filename}:{self.lineno}"
+        where = f"{_shown_path(self.filename)}:{self.lineno}"
         code = f"  {self.source}" if self.source else ""
         on = f" [{self.device}]" if self.device else ""
         return f"{self.operation}{on} at {where}{code}"
+
+
+def _shown_path(filename: str) -> str:
+    """Relative to the working directory when below it, as pytest shows paths."""
+    try:
+        relative = os.path.relpath(filename)
+    except ValueError:  # another drive
+        return filename
+    return filename if relative.startswith("..") else relative
 
 
 def _is_internal(filename: str) -> bool:
