@@ -208,3 +208,15 @@ def test_records_survive_the_trip_through_report_properties():
         "ok",
     ]
     assert table[3].split()[3:6] == ["-", "-", "-"]
+
+
+def test_recording_keeps_the_fastest_of_several_measurements():
+    pending = [
+        (result(1.3), {"cuda:0": 5}),
+        (result(1.0), {"cuda:0": 7}),
+        (result(1.2), {"cuda:0": 6}),
+    ]
+    recorded, memory = checks.record(lambda: pending.pop(0), "2.13.0")
+    assert not pending  # all three taken
+    assert recorded.latency_ms == pytest.approx(1.0)
+    assert memory == {"cuda:0": 7} == recorded.peak_memory

@@ -23,6 +23,8 @@ class PerfRegressionError(AssertionError):
 
 #: Peak-memory growth below this is never a regression (allocator rounding).
 MEMORY_SLACK_BYTES = 1 << 20
+#: Independent measurements taken when recording; the fastest median is kept.
+RECORD_MEASUREMENTS = 3
 #: A recorded measurement whose IQR exceeds this share of its median is flagged noisy.
 NOISY_SPREAD = 0.15
 
@@ -119,6 +121,19 @@ def new_baseline(result: LatencyResult, memory: Mapping[str, int], torch_version
         recorded=datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
         peak_memory=dict(memory),
     )
+
+
+def record(
+    measure: Callable[[], tuple[LatencyResult, Mapping[str, int]]], torch_version: str
+) -> tuple[Baseline, Mapping[str, int]]:
+    """Measure a few times and keep the fastest as the baseline.
+
+    Interference from other processes only ever adds time, so the fastest of several
+    independent measurements is the best reference: one slow moment while recording
+    must not inflate a baseline and hide later slowdowns.
+    """
+    result, memory = min((measure() for _ in range(RECORD_MEASUREMENTS)), key=lambda m: m[0].median)
+    return new_baseline(result, memory, torch_version), memory
 
 
 def record_outcome(label: str, baseline: Baseline, memory: Mapping[str, int]) -> Outcome:

@@ -112,7 +112,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group,
         "--torch-perf-slack-ms",
         ini="torch_perf_slack_ms",
-        default="0.1",
+        default="0.005",
         metavar="MS",
         help="Absolute slack added to the regression limit, for tiny timings.",
     )
@@ -306,8 +306,7 @@ def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
             return result, peak_memory(target, inputs, {})
 
         if settings.update:
-            result, memory = measure()
-            recorded = checks.new_baseline(result, memory, torch_version)
+            recorded, memory = checks.record(measure, torch_version)
             settings.pending.setdefault(settings.machine(), {})[label] = recorded
             outcome = checks.record_outcome(label, recorded, memory)
             _publish(item, outcome.record)
