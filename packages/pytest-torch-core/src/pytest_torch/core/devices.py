@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import torch
@@ -189,8 +188,7 @@ def compute_capability(device: torch.device | str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class MemoryStats:
+class MemoryStats(NamedTuple):
     """Memory held by torch's allocator on one device, in bytes."""
 
     device: str

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,15 +22,16 @@ if TYPE_CHECKING:
 MARKER = "torch_devices"
 
 
-@dataclass
 class CoreSettings:
     """The core options as resolved at start-up."""
 
-    #: the device types asked for, or None for "every available one"
-    device_types: list[str] | None
-    device_source: str
-    base_seed: int
-    _available: list[str] | None = field(default=None, repr=False)
+    # a plain class, not a dataclass: building one costs start-up time on every run
+    def __init__(self, device_types: list[str] | None, device_source: str, base_seed: int) -> None:
+        #: the device types asked for, or None for "every available one"
+        self.device_types = device_types
+        self.device_source = device_source
+        self.base_seed = base_seed
+        self._available: list[str] | None = None
 
     def available(self) -> list[str]:
         """Available device types (imports torch on first use)."""

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_torch.core.options import add_flag_with_ini, add_option_with_ini, option_or_ini
-from pytest_torch.perf.checks import PerfRegressionError
-from pytest_torch.perf.records import PerfRecord, render_table
 
+# The engines are imported where they are used: loading the plugin must stay cheap
+# for suites that never time anything.
 if TYPE_CHECKING:
     from pytest_torch.perf.baselines import Baseline, BaselineFile
     from pytest_torch.perf.checks import Outcome
+    from pytest_torch.perf.records import PerfRecord
     from pytest_torch.perf.timing import LatencyResult, SamplingSettings
 
 pytest_plugins = ["torch_core"]
@@ -30,17 +30,22 @@ MARKER = "torch_max_latency"
 RERECORD = "pytest --torch-update-perf"
 
 
-@dataclass
 class PerfSettings:
-    update: bool
-    strict: bool
-    baseline_path: Path
-    max_time: float
-    slack_ms: float
-    pending: dict[str, dict[str, Baseline]] = field(default_factory=dict)
-    records: list[PerfRecord] = field(default_factory=list)
-    _file: BaselineFile | None = None
-    _machine: str | None = None
+    """The perf options of a session, and what the session records."""
+
+    # a plain class, not a dataclass: building one costs start-up time on every run
+    def __init__(
+        self, update: bool, strict: bool, baseline_path: Path, max_time: float, slack_ms: float
+    ) -> None:
+        self.update = update
+        self.strict = strict
+        self.baseline_path = baseline_path
+        self.max_time = max_time
+        self.slack_ms = slack_ms
+        self.pending: dict[str, dict[str, Baseline]] = {}
+        self.records: list[PerfRecord] = []
+        self._file: BaselineFile | None = None
+        self._machine: str | None = None
 
     def sampling(self) -> SamplingSettings:
         from pytest_torch.perf.timing import SamplingSettings
@@ -170,7 +175,11 @@ class _ResultCollector:
         self.settings = settings
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not report.user_properties:
+            return
         if report.when == "call" or (report.when == "setup" and report.skipped):
+            from pytest_torch.perf.records import PerfRecord
+
             self.settings.records.extend(PerfRecord.from_properties(report.user_properties))
 
 
@@ -253,7 +262,7 @@ def latency(request: pytest.FixtureRequest) -> Callable[..., LatencyResult]:
     def measure(target: Any, *inputs: Any, **kwargs: Any) -> LatencyResult:
         __tracebackhide__ = True
         from pytest_torch.perf.calls import measure_latency
-        from pytest_torch.perf.checks import budget_failure, budget_record
+        from pytest_torch.perf.checks import PerfRegressionError, budget_failure, budget_record
 
         item.stash[calls_key] = item.stash.get(calls_key, 0) + 1
         result = measure_latency(target, *inputs, settings=settings.sampling(), **kwargs)
@@ -291,6 +300,7 @@ def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
         from pytest_torch.perf import checks
         from pytest_torch.perf.baselines import BaselineFileError
         from pytest_torch.perf.calls import measure_latency, peak_memory
+        from pytest_torch.perf.checks import PerfRegressionError
 
         for label_, value in (
             ("latency_tolerance", latency_tolerance),
@@ -346,6 +356,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if settings is None:
         return
     if settings.records:
+        from pytest_torch.perf.records import render_table
+
         terminalreporter.write_sep("-", "torch perf")
         for line in render_table(settings.records):
             terminalreporter.write_line(line)
