@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from _harness import interleaved, make_suite, median
+from _harness import family_entry_points, interleaved, make_suite, median
 
 FAMILY_TEST = """
 def test_{i}(torch_device, torch_seed, make_tensor):
@@ -95,8 +95,9 @@ def main() -> int:
     options = parser.parse_args()
 
     medians = {}
+    blocked = [arg for name in family_entry_points() for arg in ("-p", f"no:{name}")]
     for kind in ("family", "handwritten"):
-        extra = [] if kind == "family" else ["-p", "no:torch_core"]
+        extra = [] if kind == "family" else blocked
         for size in (1, options.tests):
             root = suite(kind, size)
             results = interleaved(root, {kind: extra}, options.repeats)
