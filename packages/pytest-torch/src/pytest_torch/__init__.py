@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pytest_torch.core.fingerprint import HardwareFingerprint, hardware_fingerprint
     from pytest_torch.perf.calls import measure_latency
     from pytest_torch.perf.checks import PerfRegressionError
+    from pytest_torch.perf.suites import benchmark_suite
     from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
     from pytest_torch.perf.timing import LatencyResult
 
@@ -32,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "LatencyResult": "pytest_torch.perf.timing",
     "PerfRegressionError": "pytest_torch.perf.checks",
     "assert_no_host_sync": "pytest_torch.perf.syncs",
+    "benchmark_suite": "pytest_torch.perf.suites",
     "find_host_syncs": "pytest_torch.perf.syncs",
     "measure_latency": "pytest_torch.perf.calls",
 }
@@ -44,6 +46,7 @@ __all__ = [
     "TensorMismatchError",
     "assert_close",
     "assert_no_host_sync",
+    "benchmark_suite",
     "find_host_syncs",
     "hardware_fingerprint",
     "measure_latency",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytest_torch.perf.calls import measure_latency
     from pytest_torch.perf.checks import PerfRegressionError
+    from pytest_torch.perf.suites import benchmark_suite
     from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
     from pytest_torch.perf.timing import LatencyResult
 
@@ -20,6 +21,7 @@ _EXPORTS = {
     "LatencyResult": "pytest_torch.perf.timing",
     "PerfRegressionError": "pytest_torch.perf.checks",
     "assert_no_host_sync": "pytest_torch.perf.syncs",
+    "benchmark_suite": "pytest_torch.perf.suites",
     "find_host_syncs": "pytest_torch.perf.syncs",
     "measure_latency": "pytest_torch.perf.calls",
 }
@@ -28,6 +30,7 @@ __all__ = [
     "LatencyResult",
     "PerfRegressionError",
     "assert_no_host_sync",
+    "benchmark_suite",
     "find_host_syncs",
     "measure_latency",
 ]

@@ -7,10 +7,12 @@ judging live in ``calls``/``timing`` and ``checks``/``baselines``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shlex
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from pytest_torch.perf.baselines import Baseline, BaselineFile
     from pytest_torch.perf.checks import Outcome
     from pytest_torch.perf.records import PerfRecord
+    from pytest_torch.perf.suites import Case, CaseResult
     from pytest_torch.perf.timing import LatencyResult, SamplingSettings
 
 pytest_plugins = ["torch_core"]
@@ -44,6 +47,12 @@ class PerfSettings:
         self.slack_ms = slack_ms
         self.pending: dict[str, dict[str, Baseline]] = {}
         self.records: list[PerfRecord] = []
+        self.benchmark = False
+        self.benchmark_json: Path | None = None
+        self.benchmark_plot: Path | None = None
+        self.benchmark_results: list[CaseResult] = []
+        self.benchmarks_deselected = 0
+        self.benchmark_outputs: list[Path] = []
         self._file: BaselineFile | None = None
         self._machine: str | None = None
 
@@ -112,6 +121,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="Longest time one latency measurement samples (warm-up not included).",
     )
+    add_flag_with_ini(
+        parser,
+        group,
+        "--torch-benchmark",
+        ini="torch_benchmark",
+        help="Run the @benchmark_suite cases (deselected otherwise, to keep runs fast).",
+    )
+    add_option_with_ini(
+        parser,
+        group,
+        "--torch-benchmark-json",
+        ini="torch_benchmark_json",
+        default=None,
+        metavar="PATH",
+        help="Write every benchmark case's figures and the machine fingerprint as JSON.",
+    )
+    add_option_with_ini(
+        parser,
+        group,
+        "--torch-benchmark-plot",
+        ini="torch_benchmark_plot",
+        default=None,
+        metavar="DIR",
+        help="Draw one PNG per benchmark suite (latency and throughput by batch size).",
+    )
     add_option_with_ini(
         parser,
         group,
@@ -164,8 +198,30 @@ def pytest_configure(config: pytest.Config) -> None:
             settings.file().read()  # refuse early rather than lose the recordings
         except BaselineFileError as exc:
             raise pytest.UsageError(str(exc)) from None
+    settings.benchmark = bool(option_or_ini(config, "torch_benchmark"))
+    settings.benchmark_json = _path_option(config, "torch_benchmark_json")
+    settings.benchmark_plot = _path_option(config, "torch_benchmark_plot")
+    if settings.benchmark_plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise pytest.UsageError(
+            "--torch-benchmark-plot draws with matplotlib, which is not installed:"
+            ' pip install matplotlib (or pip install "pytest-torch[perf]")'
+        )
+    config.addinivalue_line(
+        "markers",
+        "torch_benchmark(batch_sizes, dtypes, modes, compile_options, latency_tolerance):"
+        " set by @benchmark_suite; one test per device x dtype x mode x batch size, run with"
+        " --torch-benchmark.",
+    )
     config.stash[settings_key] = settings
     config.pluginmanager.register(_ResultCollector(settings), "torch_perf_results")
+
+
+def _path_option(config: pytest.Config, ini: str) -> Path | None:
+    value = option_or_ini(config, ini)
+    if not value:
+        return None
+    path = Path(str(value))
+    return path if path.is_absolute() else config.invocation_params.dir / path
 
 
 class _ResultCollector:
@@ -179,8 +235,14 @@ class _ResultCollector:
             return
         if report.when == "call" or (report.when == "setup" and report.skipped):
             from pytest_torch.perf.records import PerfRecord
+            from pytest_torch.perf.suites import PROPERTY, CaseResult
 
             self.settings.records.extend(PerfRecord.from_properties(report.user_properties))
+            self.settings.benchmark_results.extend(
+                CaseResult.from_json(str(value))
+                for name, value in report.user_properties
+                if name == PROPERTY
+            )
 
 
 def _under_xdist(config: pytest.Config) -> bool:
@@ -201,6 +263,8 @@ def _budget(item: pytest.Item | pytest.Metafunc) -> Any:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("torch_benchmark") is not None:
+        _parametrize_suite(metafunc)
     if metafunc.definition.get_closest_marker(MARKER) is None:
         return
     try:
@@ -213,6 +277,138 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             f" fixture: add a `latency` argument and time the code with"
             f" latency(model, *inputs)"
         )
+
+
+def _parametrize_suite(metafunc: pytest.Metafunc) -> None:
+    from pytest_torch.core.plugin import get_settings
+    from pytest_torch.perf.suites import CASE_FIXTURE, cases, parse_spec
+
+    node_id = metafunc.definition.nodeid
+    marker = metafunc.definition.get_closest_marker("torch_benchmark")
+    assert marker is not None
+    if CASE_FIXTURE not in metafunc.fixturenames:
+        raise pytest.Collector.CollectError(
+            f"{node_id}: declare benchmark suites with the @benchmark_suite(...) decorator"
+            f" (from pytest_torch import benchmark_suite), not with the raw marker"
+        )
+    if "batch_size" not in metafunc.definition._fixtureinfo.argnames:
+        raise pytest.Collector.CollectError(
+            f"{node_id}: a @benchmark_suite function takes batch_size and returns (model,"
+            f" inputs) for that batch size, e.g. def {metafunc.function.__name__}(batch_size):"
+        )
+    try:
+        spec = parse_spec(marker.kwargs, node_id)
+    except ValueError as exc:
+        raise pytest.Collector.CollectError(str(exc)) from None
+    chosen = cases(spec, get_settings(metafunc.config).selected())
+    metafunc.parametrize(
+        [CASE_FIXTURE, "batch_size"],
+        [(case, case.batch_size) for case in chosen],
+        ids=[case.id for case in chosen],
+        indirect=[CASE_FIXTURE],
+    )
+
+
+@pytest.fixture
+def torch_benchmark_case(request: pytest.FixtureRequest) -> Case:
+    """The device, dtype, mode and batch size of one benchmark case (set by the plugin)."""
+    case: Case = request.param
+    return case
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    settings = config.stash[settings_key]
+    if settings.benchmark:
+        return
+    kept = [item for item in items if item.get_closest_marker("torch_benchmark") is None]
+    if len(kept) != len(items):
+        deselected = [item for item in items if item.get_closest_marker("torch_benchmark")]
+        settings.benchmarks_deselected = len(deselected)
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
+    settings = config.stash[settings_key]
+    if settings.benchmarks_deselected:
+        return (
+            f"torch benchmark: {settings.benchmarks_deselected} benchmark case(s) deselected;"
+            f" run them with --torch-benchmark"
+        )
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    if pyfuncitem.get_closest_marker("torch_benchmark") is None:
+        return None
+    _run_case(pyfuncitem)
+    return True
+
+
+def _run_case(item: pytest.Function) -> None:
+    __tracebackhide__ = True
+    from pytest_torch.core import devices
+    from pytest_torch.perf import suites
+    from pytest_torch.perf.calls import measure_latency, peak_memory
+    from pytest_torch.perf.checks import PerfRegressionError
+
+    settings = item.config.stash[settings_key]
+    case = cast("Case", item.funcargs[suites.CASE_FIXTURE])
+    marker = item.get_closest_marker("torch_benchmark")
+    assert marker is not None
+    spec = suites.parse_spec(marker.kwargs, item.nodeid)
+    device = devices.as_device(
+        item.config.hook.pytest_torch_resolve_device(
+            config=item.config, device_type=case.device_type
+        )
+    )
+    result = suites.CaseResult(
+        suite=item.nodeid.split("[")[0],
+        test_id=item.nodeid,
+        device=str(device),
+        dtype=case.dtype,
+        mode=case.mode,
+        batch_size=case.batch_size,
+        order=[
+            spec.dtypes.index(case.dtype),
+            spec.modes.index(case.mode),
+            spec.batch_sizes.index(case.batch_size),
+        ],
+    )
+    built = item.obj(**{arg: item.funcargs[arg] for arg in item._fixtureinfo.argnames})
+    try:
+        model, args, kwargs = suites.prepare(built, case, device, spec)
+        result.first_call_ms = suites.first_call(model, args, kwargs, case, device)
+    except suites.CaseSkipped as skipped:
+        result.status, result.reason = "skipped", str(skipped)
+        item.user_properties.append((suites.PROPERTY, result.to_json()))
+        pytest.skip(str(skipped))
+
+    taken: list[tuple[LatencyResult, dict[str, int]]] = []
+
+    def measure() -> tuple[LatencyResult, dict[str, int]]:
+        latency = measure_latency(
+            model, *args, settings=settings.sampling(), device=device, **kwargs
+        )
+        taken.append((latency, peak_memory(model, args, kwargs)))
+        return taken[-1]
+
+    outcome = baseline_check(
+        settings, item.nodeid, item.nodeid, measure, spec.latency_tolerance, 0.1
+    )
+    if not taken:  # no comparable baseline: the figures are still the point
+        measure()
+    # recording keeps the fastest measurement, comparing judges the last one
+    latency, memory = min(taken, key=lambda m: m[0].median) if settings.update else taken[-1]
+    result.add_measurement(latency)
+    result.peak_memory = memory
+    result.baseline_ms = outcome.record.reference_ms
+    result.change_pct = outcome.record.change_pct
+    result.verdict = outcome.record.verdict
+    item.user_properties.append((suites.PROPERTY, result.to_json()))
+    if outcome.status == "fail":
+        raise PerfRegressionError(outcome.message)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -276,6 +472,48 @@ def latency(request: pytest.FixtureRequest) -> Callable[..., LatencyResult]:
     return measure
 
 
+def baseline_check(
+    settings: PerfSettings,
+    node_id: str,
+    label: str,
+    measure: Callable[[], tuple[LatencyResult, dict[str, int]]],
+    latency_tolerance: float,
+    memory_tolerance: float,
+) -> Outcome:
+    """Record (``--torch-update-perf``) or compare one measured thing; never raises for
+    a regression: the outcome says "pass", "fail" or "skip"."""
+    __tracebackhide__ = True
+    import torch
+
+    from pytest_torch.perf import checks
+    from pytest_torch.perf.baselines import BaselineFileError
+
+    torch_version = str(torch.__version__).split("+")[0]
+    if settings.update:
+        recorded, memory = checks.record(measure, torch_version)
+        settings.pending.setdefault(settings.machine(), {})[label] = recorded
+        return checks.record_outcome(label, recorded, memory)
+    try:
+        baseline = settings.file().lookup(settings.machine(), label)
+    except BaselineFileError as exc:
+        raise checks.PerfRegressionError(str(exc)) from None
+    if baseline is None:
+        return checks.missing_outcome(label, settings.machine(), settings.strict)
+    return checks.compare(
+        label,
+        baseline,
+        measure,
+        threads=torch.get_num_threads(),
+        torch_version=torch_version,
+        tolerance=latency_tolerance,
+        memory_tolerance=memory_tolerance,
+        slack_ms=settings.slack_ms,
+        strict=settings.strict,
+        machine=settings.machine(),
+        rerecord=f"{RERECORD} {shlex.quote(node_id)}",
+    )
+
+
 @pytest.fixture
 def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
     """Record (``--torch-update-perf``) or compare latency and peak memory.
@@ -295,10 +533,6 @@ def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
         name: str | None = None,
     ) -> Outcome:
         __tracebackhide__ = True
-        import torch
-
-        from pytest_torch.perf import checks
-        from pytest_torch.perf.baselines import BaselineFileError
         from pytest_torch.perf.calls import measure_latency, peak_memory
         from pytest_torch.perf.checks import PerfRegressionError
 
@@ -309,38 +543,14 @@ def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"perf_baseline: {label_} must be a number >= 0, got {value!r}")
         label = _label(item, name, "baseline")
-        torch_version = str(torch.__version__).split("+")[0]
 
         def measure() -> tuple[LatencyResult, dict[str, int]]:
             result = measure_latency(target, *inputs, settings=settings.sampling())
             return result, peak_memory(target, inputs, {})
 
-        if settings.update:
-            recorded, memory = checks.record(measure, torch_version)
-            settings.pending.setdefault(settings.machine(), {})[label] = recorded
-            outcome = checks.record_outcome(label, recorded, memory)
-            _publish(item, outcome.record)
-            return outcome
-        try:
-            baseline = settings.file().lookup(settings.machine(), label)
-        except BaselineFileError as exc:
-            raise PerfRegressionError(str(exc)) from None
-        if baseline is None:
-            outcome = checks.missing_outcome(label, settings.machine(), settings.strict)
-        else:
-            outcome = checks.compare(
-                label,
-                baseline,
-                measure,
-                threads=torch.get_num_threads(),
-                torch_version=torch_version,
-                tolerance=float(latency_tolerance),
-                memory_tolerance=float(memory_tolerance),
-                slack_ms=settings.slack_ms,
-                strict=settings.strict,
-                machine=settings.machine(),
-                rerecord=f"{RERECORD} {item.nodeid}",
-            )
+        outcome = baseline_check(
+            settings, item.nodeid, label, measure, float(latency_tolerance), float(memory_tolerance)
+        )
         _publish(item, outcome.record)
         if outcome.status == "skip":
             pytest.skip(outcome.message)
@@ -361,6 +571,14 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_sep("-", "torch perf")
         for line in render_table(settings.records):
             terminalreporter.write_line(line)
+    if settings.benchmark_results:
+        from pytest_torch.perf.suite_report import render
+
+        terminalreporter.write_sep("-", "torch benchmark")
+        for line in render(settings.benchmark_results, settings.machine()):
+            terminalreporter.write_line(line)
+        for path in settings.benchmark_outputs:
+            terminalreporter.write_line(f"benchmark output: {path}")
     written = sum(len(tests) for tests in settings.pending.values())
     if written:
         terminalreporter.write_line(
@@ -370,7 +588,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     settings = session.config.stash.get(settings_key, None)
-    if settings is None or not settings.pending:
+    if settings is None:
+        return
+    if settings.benchmark_results and not hasattr(session.config, "workerinput"):
+        _write_benchmark_outputs(settings)
+    if not settings.pending:
         return
     from pytest_torch.perf.baselines import BaselineFileError
 
@@ -380,3 +602,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         settings.pending.clear()
         session.config.get_terminal_writer().line(f"ERROR: {exc}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _write_benchmark_outputs(settings: PerfSettings) -> None:
+    from pytest_torch.core.fingerprint import hardware_fingerprint
+    from pytest_torch.perf.suite_report import write_json, write_plots
+
+    if settings.benchmark_json is not None:
+        write_json(
+            settings.benchmark_json, settings.benchmark_results, hardware_fingerprint().to_dict()
+        )
+        settings.benchmark_outputs.append(settings.benchmark_json)
+    if settings.benchmark_plot is not None:
+        settings.benchmark_outputs += write_plots(
+            settings.benchmark_plot, settings.benchmark_results, settings.machine()
+        )

@@ -1,0 +1,184 @@
+"""What benchmark suites produce at the end of a run: tables, a JSON file, plots."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pytest_torch.perf.baselines import write_atomically
+from pytest_torch.perf.suites import CaseResult
+from pytest_torch.perf.timing import fmt_ms
+
+JSON_FORMAT = 1
+
+
+def fmt_rate(samples_per_second: float | None) -> str:
+    if samples_per_second is None:
+        return "-"
+    for limit, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if samples_per_second >= limit:
+            return f"{samples_per_second / limit:.3g}{unit}/s"
+    return f"{samples_per_second:.3g}/s"
+
+
+def groups(results: Iterable[CaseResult]) -> dict[tuple[str, str], list[CaseResult]]:
+    """Results per (suite, device), in a stable order."""
+    grouped: dict[tuple[str, str], list[CaseResult]] = {}
+    for result in sorted(results, key=lambda r: (r.suite, r.device, r.order, r.test_id)):
+        grouped.setdefault((result.suite, result.device), []).append(result)
+    return grouped
+
+
+def _columns(results: list[CaseResult]) -> list[tuple[str, str]]:
+    """(dtype, mode) pairs in declaration order (results come sorted by it)."""
+    return list(dict.fromkeys((result.dtype, result.mode) for result in results))
+
+
+def _align(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [
+            cell.rjust(width) if column else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return lines
+
+
+def _short(reason: str, limit: int = 28) -> str:
+    return reason if len(reason) <= limit else reason[: limit - 1] + "…"
+
+
+def render(results: list[CaseResult], machine: str) -> list[str]:
+    """One block per suite and device: latency and throughput, speed-ups, baselines."""
+    lines: list[str] = []
+    for (suite, device), cases in groups(results).items():
+        columns = _columns(cases)
+        by_key = {(r.dtype, r.mode, r.batch_size): r for r in cases}
+        batches = sorted({r.batch_size for r in cases})
+        speedups = [
+            dtype
+            for dtype in dict.fromkeys(d for d, _ in columns)
+            if (dtype, "eager") in columns and (dtype, "compile") in columns
+        ]
+        lines.append(f"{suite} on {device} ({machine})")
+        header = ["batch", *[f"{dtype} {mode}" for dtype, mode in columns]]
+        header += [f"{dtype} compile speed-up" for dtype in speedups]
+        rows = [header]
+        verdicts = [["batch", *[f"{dtype} {mode}" for dtype, mode in columns]]]
+        skipped: dict[str, str] = {}
+        for batch in batches:
+            row, verdict_row = [str(batch)], [str(batch)]
+            for dtype, mode in columns:
+                result = by_key.get((dtype, mode, batch))
+                if result is None:
+                    row.append("-")
+                    verdict_row.append("-")
+                elif result.status != "ok" or result.median_ms is None:
+                    row.append("skipped")
+                    verdict_row.append("skipped")
+                    skipped[f"{dtype} {mode}"] = result.reason
+                else:
+                    row.append(f"{fmt_ms(result.median_ms)}  {fmt_rate(result.throughput)}")
+                    change = "" if result.change_pct is None else f"{result.change_pct:+.1f} % "
+                    verdict = "improved" if result.verdict.startswith("improved") else result.verdict
+                    verdict_row.append(f"{change}{verdict}".strip() or "-")
+            for dtype in speedups:
+                eager, compiled = (
+                    by_key.get((dtype, "eager", batch)),
+                    by_key.get((dtype, "compile", batch)),
+                )
+                if eager and compiled and eager.median_ms and compiled.median_ms:
+                    row.append(f"{eager.median_ms / compiled.median_ms:.2f}x")
+                else:
+                    row.append("-")
+            rows.append(row)
+            verdicts.append(verdict_row)
+        lines += ["  median latency per call and throughput (samples/s = batch / median)"]
+        lines += ["  " + line for line in _align(rows)]
+        if any(r.baseline_ms is not None or r.verdict for r in cases if r.status == "ok"):
+            lines += ["  change vs baseline and verdict"]
+            lines += ["  " + line for line in _align(verdicts)]
+        compile_runs = [
+            r for r in cases if r.mode == "compile" and r.status == "ok" and r.first_call_ms
+        ]
+        if compile_runs:
+            times = ", ".join(
+                f"{r.dtype} b{r.batch_size} {fmt_ms(r.first_call_ms or 0.0)}" for r in compile_runs
+            )
+            lines.append(f"  compile time (first call, not in the latency above): {times}")
+        for column, reason in skipped.items():
+            lines.append(f"  skipped {column}: {reason}")
+        lines.append("")
+    return lines
+
+
+def write_json(path: Path, results: list[CaseResult], fingerprint: dict[str, Any]) -> None:
+    document = {
+        "format": JSON_FORMAT,
+        "fingerprint": fingerprint,
+        "cases": [json.loads(r.to_json()) for r in sorted(results, key=lambda r: r.test_id)],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+
+
+def plot_name(suite: str, device: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{suite}-{device}").strip("_")
+    return f"{stem}.png"
+
+
+def write_plots(directory: Path, results: list[CaseResult], machine: str) -> list[Path]:
+    """One PNG per suite and device: latency and throughput against batch size."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for (suite, device), cases in groups(results).items():
+        measured = [r for r in cases if r.status == "ok" and r.median_ms]
+        if not measured:
+            continue
+        figure, (left, right) = plt.subplots(1, 2, figsize=(12, 5), constrained_layout=True)
+        colours = {d: f"C{i}" for i, d in enumerate(dict.fromkeys(r.dtype for r in measured))}
+        for dtype, mode in _columns(measured):
+            points = sorted(
+                (r.batch_size, r.median_ms, r.throughput)
+                for r in measured
+                if (r.dtype, r.mode) == (dtype, mode)
+            )
+            batches = [p[0] for p in points]
+            style = "--" if mode == "compile" else "-"
+            label = f"{dtype}, {mode}"
+            colour = colours[dtype]
+            left.plot(batches, [p[1] for p in points], style, color=colour, marker="o", label=label)
+            right.plot(
+                batches, [p[2] for p in points], style, color=colour, marker="o", label=label
+            )
+        for axis, ylabel, title in (
+            (left, "median latency per call (ms)", "Latency (lower is better)"),
+            (right, "throughput (samples / s)", "Throughput (higher is better)"),
+        ):
+            axis.set_xscale("log", base=2)
+            axis.set_yscale("log")
+            axis.set_xlabel("batch size")
+            axis.set_ylabel(ylabel)
+            axis.set_title(title)
+            batches_all = sorted({r.batch_size for r in measured})
+            axis.set_xticks(batches_all, [str(b) for b in batches_all])
+            axis.grid(True, which="both", alpha=0.3)
+            axis.legend()
+        figure.suptitle(f"{suite} on {device}\n{machine}", fontsize=11)
+        path = directory / plot_name(suite, device)
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        written.append(path)
+    return written
