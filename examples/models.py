@@ -53,3 +53,21 @@ def train_step(
     loss.backward()
     optimizer.step()
     return loss.item()
+
+
+class TransformerBlock(nn.Module):
+    """One pre-norm transformer encoder block: attention and an MLP, with residuals."""
+
+    def __init__(self, width: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width)
+        self.attention = nn.MultiheadAttention(width, heads, batch_first=True)
+        self.norm2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.norm1(tokens)
+        tokens = tokens + self.attention(x, x, x, need_weights=False)[0]
+        return tokens + self.mlp(self.norm2(tokens))

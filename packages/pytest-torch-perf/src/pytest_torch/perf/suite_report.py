@@ -87,7 +87,9 @@ def render(results: list[CaseResult], machine: str) -> list[str]:
                 else:
                     row.append(f"{fmt_ms(result.median_ms)}  {fmt_rate(result.throughput)}")
                     change = "" if result.change_pct is None else f"{result.change_pct:+.1f} % "
-                    verdict = "improved" if result.verdict.startswith("improved") else result.verdict
+                    verdict = (
+                        "improved" if result.verdict.startswith("improved") else result.verdict
+                    )
                     verdict_row.append(f"{change}{verdict}".strip() or "-")
             for dtype in speedups:
                 eager, compiled = (
@@ -102,9 +104,15 @@ def render(results: list[CaseResult], machine: str) -> list[str]:
             verdicts.append(verdict_row)
         lines += ["  median latency per call and throughput (samples/s = batch / median)"]
         lines += ["  " + line for line in _align(rows)]
-        if any(r.baseline_ms is not None or r.verdict for r in cases if r.status == "ok"):
+        judged = [r for r in cases if r.status == "ok" and r.verdict != "no baseline"]
+        if judged:
             lines += ["  change vs baseline and verdict"]
             lines += ["  " + line for line in _align(verdicts)]
+        elif any(r.status == "ok" for r in cases):
+            lines.append(
+                "  no baselines for this machine yet: record them with"
+                " pytest --torch-benchmark --torch-update-perf"
+            )
         compile_runs = [
             r for r in cases if r.mode == "compile" and r.status == "ok" and r.first_call_ms
         ]
@@ -140,6 +148,13 @@ def write_plots(directory: Path, results: list[CaseResult], machine: str) -> lis
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    # between decades, label only 2 and 5 so the axis stays readable
+    sparse = FuncFormatter(
+        lambda value, _: f"{value:g}" if f"{value:g}".lstrip("0.")[:1] in ("2", "5") else ""
+    )
 
     directory.mkdir(parents=True, exist_ok=True)
     written = []
@@ -174,6 +189,9 @@ def write_plots(directory: Path, results: list[CaseResult], machine: str) -> lis
             axis.set_title(title)
             batches_all = sorted({r.batch_size for r in measured})
             axis.set_xticks(batches_all, [str(b) for b in batches_all])
+            axis.yaxis.set_major_formatter(plain)
+            axis.yaxis.set_minor_formatter(sparse)
+            axis.tick_params(axis="y", which="minor", labelsize=7)
             axis.grid(True, which="both", alpha=0.3)
             axis.legend()
         figure.suptitle(f"{suite} on {device}\n{machine}", fontsize=11)

@@ -193,9 +193,11 @@ class CaseSkipped(Exception):
     """The case cannot run here (dtype unsupported, compile failed); the reason says why."""
 
 
-def first_line(error: BaseException) -> str:
+def first_line(error: BaseException, limit: int = 160) -> str:
+    """``Type: first line of the message``, shortened to ``limit`` characters."""
     text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+    line = f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
