@@ -70,10 +70,11 @@ def test_every_package_has_its_own_readme_typing_marker_and_build_settings():
 
 
 def test_siblings_never_import_from_the_namespace_root():
+    # their tests too: each package's tests run with only that package installed
     for folder in FOLDERS:
         if folder.name == "pytest-torch":
             continue
-        for source in (folder / "src").rglob("*.py"):
+        for source in [*(folder / "src").rglob("*.py"), *(folder / "tests").rglob("*.py")]:
             text = source.read_text()
             assert not re.search(
                 r"^\s*(from pytest_torch import|import pytest_torch$)", text, re.M

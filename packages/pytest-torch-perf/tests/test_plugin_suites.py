@@ -13,7 +13,7 @@ import pytest
 SUITE = """
 import torch
 
-from pytest_torch import benchmark_suite
+from pytest_torch.perf import benchmark_suite
 
 
 class Net(torch.nn.Module):
@@ -119,7 +119,7 @@ def test_unsupported_dtype_and_failed_compile_skip_with_the_reason(pytester, run
         """
         import torch
 
-        from pytest_torch import benchmark_suite
+        from pytest_torch.perf import benchmark_suite
 
 
         class Float32Only(torch.nn.Module):
@@ -154,7 +154,7 @@ def test_a_broken_reference_case_fails(pytester, run):
         """
         import torch
 
-        from pytest_torch import benchmark_suite
+        from pytest_torch.perf import benchmark_suite
 
 
         @benchmark_suite(batch_sizes=(2,))
@@ -231,7 +231,7 @@ def test_bad_declarations_are_collection_errors(pytester, run, declaration, sign
         f"""
         import pytest
         import torch
-        from pytest_torch import benchmark_suite
+        from pytest_torch.perf import benchmark_suite
 
         {declaration}
         def test_suite{signature}:
