@@ -7,8 +7,9 @@ __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 # package on first use (PEP 562), so importing `pytest_torch` is free and never imports
 # torch. To add a name, add it to `_EXPORTS` (name -> module) and to `__all__`.
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pytest_torch.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from pytest_torch.core.compare import (
@@ -52,23 +53,4 @@ __all__ = [
     "measure_latency",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'pytest_torch' has no attribute {name!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        distribution = "pytest-torch-" + module_name.split(".")[1]
-        raise ImportError(
-            f"pytest_torch.{name} comes from {distribution}, which is not installed"
-            f" ({exc}). Install it with: pip install {distribution}"
-        ) from exc
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -8,8 +8,9 @@ plugin stays cheap; nothing here imports torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pytest_torch.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from pytest_torch.core.compare import Mismatch, TensorMismatchError, assert_close
@@ -31,14 +32,4 @@ __all__ = [
     "hardware_fingerprint",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'pytest_torch.core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -7,8 +7,9 @@ Imported on first use; nothing here imports torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pytest_torch.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from pytest_torch.perf.calls import measure_latency
@@ -35,14 +36,4 @@ __all__ = [
     "measure_latency",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'pytest_torch.perf' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
