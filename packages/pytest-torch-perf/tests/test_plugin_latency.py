@@ -117,9 +117,7 @@ def test_bad_options_are_usage_errors(pytester, run, flag):
     pytester.makepyfile("def test_x(): pass")
     result = run(flag)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        [f"ERROR: {flag.split('=')[0]} (ini *): expected a positive number*"]
-    )
+    result.stderr.fnmatch_lines([f"ERROR: {flag.split('=')[0]} (ini *): expected a*number*, got*"])
 
 
 def test_max_time_ini_twin(pytester, run):

@@ -258,3 +258,22 @@ def test_plot_without_matplotlib_is_a_usage_error(suite, run, monkeypatch):
     result.stderr.fnmatch_lines(
         ["ERROR: --torch-benchmark-plot draws with matplotlib, which is not installed*"]
     )
+
+
+def test_torch_devices_marker_narrows_the_devices(pytester, run):
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        from pytest_torch.perf import benchmark_suite
+
+
+        @pytest.mark.torch_devices("cuda")
+        @benchmark_suite(batch_sizes=(1,))
+        def test_gpu_suite(batch_size):
+            return torch.nn.Linear(2, 2), torch.ones(batch_size, 2)
+        """
+    )
+    result = run("--collect-only", "-q", "--torch-benchmark")
+    result.stdout.no_fnmatch_line("*[[]cpu-*")

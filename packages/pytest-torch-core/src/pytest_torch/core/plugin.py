@@ -160,6 +160,14 @@ def _restriction(item: pytest.Item | pytest.Metafunc) -> list[str] | None:
     return None if marker is None else _marker_device_types(marker, node.nodeid)
 
 
+def device_types_for(config: pytest.Config, node: pytest.Item | pytest.Metafunc) -> list[str]:
+    """The device types a test runs on: the --torch-device selection, narrowed by its
+    ``torch_devices`` marker (for sibling plugins that parametrize by device)."""
+    selected = get_settings(config).selected()
+    wanted = _restriction(node)
+    return selected if wanted is None else [t for t in selected if t in wanted]
+
+
 def _skip_reason(wanted: list[str], settings: CoreSettings) -> str:
     available = settings.available()
     present = [t for t in wanted if t in available]

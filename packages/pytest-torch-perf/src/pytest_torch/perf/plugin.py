@@ -157,15 +157,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _positive_float(config: pytest.Config, ini: str, flag: str) -> float:
+def _positive_float(config: pytest.Config, ini: str, flag: str, *, zero: bool = False) -> float:
     value = option_or_ini(config, ini)
     try:
         number = float(value)
     except (TypeError, ValueError):
         number = float("nan")
-    if not number > 0 and not (ini == "torch_perf_slack_ms" and number == 0):
+    if not (number > 0 or (zero and number == 0)):
+        expected = "a number >= 0" if zero else "a positive number"
         raise pytest.UsageError(
-            f"{flag} (ini {ini}): expected a positive number, got {value!r}. Example: {flag}=1.0"
+            f"{flag} (ini {ini}): expected {expected}, got {value!r}. Example: {flag}=1.0"
         )
     return number
 
@@ -183,7 +184,7 @@ def pytest_configure(config: pytest.Config) -> None:
         strict=bool(option_or_ini(config, "torch_perf_strict")),
         baseline_path=path if path.is_absolute() else config.rootpath / path,
         max_time=_positive_float(config, "torch_perf_max_time", "--torch-perf-max-time"),
-        slack_ms=_positive_float(config, "torch_perf_slack_ms", "--torch-perf-slack-ms"),
+        slack_ms=_positive_float(config, "torch_perf_slack_ms", "--torch-perf-slack-ms", zero=True),
     )
     if update and _under_xdist(config):
         raise pytest.UsageError(
@@ -280,7 +281,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _parametrize_suite(metafunc: pytest.Metafunc) -> None:
-    from pytest_torch.core.plugin import get_settings
+    from pytest_torch.core.plugin import device_types_for
     from pytest_torch.perf.suites import CASE_FIXTURE, cases, parse_spec
 
     node_id = metafunc.definition.nodeid
@@ -300,7 +301,10 @@ def _parametrize_suite(metafunc: pytest.Metafunc) -> None:
         spec = parse_spec(marker.kwargs, node_id)
     except ValueError as exc:
         raise pytest.Collector.CollectError(str(exc)) from None
-    chosen = cases(spec, get_settings(metafunc.config).selected())
+    try:
+        chosen = cases(spec, device_types_for(metafunc.config, metafunc))
+    except ValueError as exc:  # a malformed torch_devices marker
+        raise pytest.Collector.CollectError(str(exc)) from None
     metafunc.parametrize(
         [CASE_FIXTURE, "batch_size"],
         [(case, case.batch_size) for case in chosen],
