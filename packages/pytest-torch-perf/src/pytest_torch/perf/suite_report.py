@@ -144,10 +144,8 @@ def plot_name(suite: str, device: str) -> str:
 
 def write_plots(directory: Path, results: list[CaseResult], machine: str) -> list[Path]:
     """One PNG per suite and device: latency and throughput against batch size."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    # A Figure without pyplot draws with Agg and leaves matplotlib's global backend alone.
+    from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
     plain = FuncFormatter(lambda value, _: f"{value:g}")
@@ -162,7 +160,8 @@ def write_plots(directory: Path, results: list[CaseResult], machine: str) -> lis
         measured = [r for r in cases if r.status == "ok" and r.median_ms]
         if not measured:
             continue
-        figure, (left, right) = plt.subplots(1, 2, figsize=(12, 5), constrained_layout=True)
+        figure = Figure(figsize=(12, 5), layout="constrained")
+        left, right = figure.subplots(1, 2)
         colours = {d: f"C{i}" for i, d in enumerate(dict.fromkeys(r.dtype for r in measured))}
         for dtype, mode in _columns(measured):
             points = sorted(
@@ -197,6 +196,5 @@ def write_plots(directory: Path, results: list[CaseResult], machine: str) -> lis
         figure.suptitle(f"{suite} on {device}\n{machine}", fontsize=11)
         path = directory / plot_name(suite, device)
         figure.savefig(path, dpi=100)
-        plt.close(figure)
         written.append(path)
     return written
