@@ -32,6 +32,8 @@ class CoreSettings:
         self.device_source = device_source
         self.base_seed = base_seed
         self._available: list[str] | None = None
+        #: whether any collected test carries a torch_devices marker
+        self.restrictions_seen = False
 
     def available(self) -> list[str]:
         """Available device types (imports torch on first use)."""
@@ -197,6 +199,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         wanted = _restriction(metafunc)
     except ValueError as exc:
         raise pytest.Collector.CollectError(str(exc)) from None
+    if wanted is not None:
+        get_settings(metafunc.config).restrictions_seen = True
     if "torch_device" not in metafunc.fixturenames or _already_parametrized(metafunc):
         return
     settings = get_settings(metafunc.config)
@@ -217,6 +221,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # machine without any of its device types (torch_device tests were handled when
     # they were parametrized).
     settings = get_settings(config)
+    if not settings.restrictions_seen:
+        return
     for item in items:
         if "torch_device" in getattr(item, "fixturenames", ()):
             continue

@@ -8,6 +8,7 @@ accelerator; :func:`capture` and :func:`restore` put the previous state back.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import sys
@@ -62,6 +63,7 @@ def _numpy() -> Any | None:
     return numpy
 
 
+@functools.cache  # which accelerators exist does not change within a process
 def _accelerator_modules() -> list[tuple[str, Any]]:
     return [
         (kind, devices.backend_module(kind))

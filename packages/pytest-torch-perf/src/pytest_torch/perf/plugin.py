@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 pytest_plugins = ["torch_core"]
 
 MARKER = "torch_max_latency"
+_CASE_FIXTURE = "torch_benchmark_case"  # suites.CASE_FIXTURE, without importing the engine
 RERECORD = "pytest --torch-update-perf"
 
 
@@ -264,9 +265,10 @@ def _budget(item: pytest.Item | pytest.Metafunc) -> Any:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if metafunc.definition.get_closest_marker("torch_benchmark") is not None:
+    names = {marker.name for marker in metafunc.definition.iter_markers()}
+    if "torch_benchmark" in names:
         _parametrize_suite(metafunc)
-    if metafunc.definition.get_closest_marker(MARKER) is None:
+    if MARKER not in names:
         return
     try:
         _budget(metafunc)
@@ -324,9 +326,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     settings = config.stash[settings_key]
     if settings.benchmark:
         return
-    kept = [item for item in items if item.get_closest_marker("torch_benchmark") is None]
+    # benchmark cases are exactly the items using the case fixture (a cheap check)
+    kept = [item for item in items if _CASE_FIXTURE not in getattr(item, "fixturenames", ())]
     if len(kept) != len(items):
-        deselected = [item for item in items if item.get_closest_marker("torch_benchmark")]
+        deselected = [item for item in items if _CASE_FIXTURE in getattr(item, "fixturenames", ())]
         settings.benchmarks_deselected = len(deselected)
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
@@ -344,7 +347,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    if pyfuncitem.get_closest_marker("torch_benchmark") is None:
+    if _CASE_FIXTURE not in pyfuncitem.funcargs:
         return None
     _run_case(pyfuncitem)
     return True
@@ -418,7 +421,12 @@ def _run_case(item: pytest.Function) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     yield
-    if item.get_closest_marker(MARKER) is not None and item.stash.get(calls_key, 0) == 0:
+    # a marked test always uses the latency fixture (checked at collection): test that first
+    if (
+        "latency" in getattr(item, "fixturenames", ())
+        and item.stash.get(calls_key, 0) == 0
+        and item.get_closest_marker(MARKER) is not None
+    ):
         pytest.fail(
             f"{item.nodeid} is marked @pytest.mark.{MARKER} but never called"
             f" latency(...), so nothing was checked against the budget. Time the code"
