@@ -15,6 +15,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_torch.core.tables import format_table
+
 if TYPE_CHECKING:
     import torch
 
@@ -260,7 +262,7 @@ def _value_details(
                     f"{float(flat_rel[position]):.4g}",
                 )
             )
-        lines += _table(rows)
+        lines += format_table(rows, indent="    ")
     nonfinite = int(nonfinite_mismatch.sum())
     if nonfinite:
         positions = torch.nonzero(nonfinite_mismatch.reshape(-1)).reshape(-1)[:max_report]
@@ -275,7 +277,7 @@ def _value_details(
                     _fmt_value(flat_e[position].item()),
                 )
             )
-        lines += _table(nan_rows)
+        lines += format_table(nan_rows, indent="    ")
         if not equal_nan and bool((torch.isnan(a_w) & torch.isnan(e_w)).any()):
             lines.append("  (NaN in both counts as a mismatch; pass equal_nan=True to accept it)")
     lines.append(f"  tolerances: rtol={rtol:.3g}, atol={atol:.3g}")
@@ -292,14 +294,6 @@ def _value_details(
         max_abs_diff=max_abs,
         max_abs_index=max_index,
     )
-
-
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "    " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True))
-        for row in rows
-    ]
 
 
 def _compare_leaf(

@@ -63,6 +63,7 @@ class PerfRecord:
 
 def render_table(records: list[PerfRecord]) -> list[str]:
     """An aligned table with units, one row per record."""
+    from pytest_torch.core.tables import format_table
     from pytest_torch.perf.timing import fmt_ms
 
     header = ("test", "check", "statistic", "measured", "reference", "change", "verdict")
@@ -81,14 +82,4 @@ def render_table(records: list[PerfRecord]) -> list[str]:
                 record.verdict,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = []
-    for index, row in enumerate(rows):
-        cells = [
-            cell.ljust(width) if column in (0, 1, 2, 6) else cell.rjust(width)
-            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if index == 0:
-            lines.append("  ".join("-" * width for width in widths))
-    return lines
+    return format_table(rows, left=(0, 1, 2, 6), rule=True)

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from pytest_torch.core.tables import format_table
 from pytest_torch.perf.baselines import write_atomically
 from pytest_torch.perf.suites import CaseResult
 from pytest_torch.perf.timing import fmt_ms
@@ -35,24 +36,6 @@ def groups(results: Iterable[CaseResult]) -> dict[tuple[str, str], list[CaseResu
 def _columns(results: list[CaseResult]) -> list[tuple[str, str]]:
     """(dtype, mode) pairs in declaration order (results come sorted by it)."""
     return list(dict.fromkeys((result.dtype, result.mode) for result in results))
-
-
-def _align(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for index, row in enumerate(rows):
-        cells = [
-            cell.rjust(width) if column else cell.ljust(width)
-            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if index == 0:
-            lines.append("  ".join("-" * width for width in widths))
-    return lines
-
-
-def _short(reason: str, limit: int = 28) -> str:
-    return reason if len(reason) <= limit else reason[: limit - 1] + "…"
 
 
 def render(results: list[CaseResult], machine: str) -> list[str]:
@@ -103,11 +86,11 @@ def render(results: list[CaseResult], machine: str) -> list[str]:
             rows.append(row)
             verdicts.append(verdict_row)
         lines += ["  median latency per call and throughput (samples/s = batch / median)"]
-        lines += ["  " + line for line in _align(rows)]
+        lines += format_table(rows, left=(0,), rule=True, indent="  ")
         judged = [r for r in cases if r.status == "ok" and r.verdict != "no baseline"]
         if judged:
             lines += ["  change vs baseline and verdict"]
-            lines += ["  " + line for line in _align(verdicts)]
+            lines += format_table(verdicts, left=(0,), rule=True, indent="  ")
         elif any(r.status == "ok" for r in cases):
             lines.append(
                 "  no baselines for this machine yet: record them with"
