@@ -142,3 +142,17 @@ def test_a_writer_killed_mid_write_leaves_a_valid_file(tmp_path):
     # neither the lock file nor leftover temp files block the next writer
     BaselineFile(path).merge({"m": {"after": entry()}})
     assert "after" in BaselineFile(path).read()["m"]
+
+
+def test_lookups_parse_the_file_once_and_merge_refreshes_them(tmp_path, monkeypatch):
+    store = BaselineFile(tmp_path / "b.json")
+    store.merge({"m": {"a": entry(1.0)}})
+    reads = []
+    real_read = BaselineFile.read
+    monkeypatch.setattr(BaselineFile, "read", lambda self: reads.append(1) or real_read(self))
+    fresh = BaselineFile(store.path)
+    assert fresh.lookup("m", "a").latency_ms == 1.0
+    assert fresh.lookup("m", "b") is None
+    assert len(reads) == 1
+    fresh.merge({"m": {"b": entry(2.0)}})
+    assert fresh.lookup("m", "b").latency_ms == 2.0

@@ -115,6 +115,7 @@ class BaselineFile:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self._cached: dict[str, dict[str, Baseline]] | None = None
 
     def read(self) -> dict[str, dict[str, Baseline]]:
         """Fingerprint key -> test key -> Baseline; empty when the file does not exist."""
@@ -157,7 +158,10 @@ class BaselineFile:
         return machines
 
     def lookup(self, machine: str, test: str) -> Baseline | None:
-        return self.read().get(machine, {}).get(test)
+        """One entry; the file is parsed once for all lookups (merge refreshes it)."""
+        if self._cached is None:
+            self._cached = self.read()
+        return self._cached.get(machine, {}).get(test)
 
     def merge(self, updates: Mapping[str, Mapping[str, Baseline]]) -> None:
         """Add or replace entries, keeping every other one, under the file lock."""
@@ -176,6 +180,7 @@ class BaselineFile:
                 },
             }
             write_atomically(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+            self._cached = machines
 
 
 def write_atomically(path: Path, text: str) -> None:
