@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 pytest_plugins = ["torch_core"]
 
 MARKER = "torch_max_latency"
+#: perf_baseline's default, also used by benchmark suites (checks.py would cost start-up)
+DEFAULT_MEMORY_TOLERANCE = 0.1
 _CASE_FIXTURE = "torch_benchmark_case"  # suites.CASE_FIXTURE, without importing the engine
 RERECORD = "pytest --torch-update-perf"
 
@@ -362,9 +364,8 @@ def _run_case(item: pytest.Function) -> None:
 
     settings = item.config.stash[settings_key]
     case = cast("Case", item.funcargs[suites.CASE_FIXTURE])
-    marker = item.get_closest_marker("torch_benchmark")
-    assert marker is not None
-    spec = suites.parse_spec(marker.kwargs, item.nodeid)
+    spec = case.spec
+    assert spec is not None  # cases are made by _parametrize_suite
     device = devices.as_device(
         item.config.hook.pytest_torch_resolve_device(
             config=item.config, device_type=case.device_type
@@ -402,7 +403,12 @@ def _run_case(item: pytest.Function) -> None:
         return taken[-1]
 
     outcome = baseline_check(
-        settings, item.nodeid, item.nodeid, measure, spec.latency_tolerance, 0.1
+        settings,
+        item.nodeid,
+        item.nodeid,
+        measure,
+        spec.latency_tolerance,
+        DEFAULT_MEMORY_TOLERANCE,
     )
     if not taken:  # no comparable baseline: the figures are still the point
         measure()
@@ -541,7 +547,7 @@ def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
         target: Any,
         *inputs: Any,
         latency_tolerance: float = 0.3,
-        memory_tolerance: float = 0.1,
+        memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE,
         name: str | None = None,
     ) -> Outcome:
         __tracebackhide__ = True

@@ -131,6 +131,8 @@ class Case:
     dtype: str
     mode: str
     batch_size: int
+    #: the declaration it came from, parsed once at collection
+    spec: SuiteSpec | None = field(default=None, compare=False, repr=False)
 
     @property
     def id(self) -> str:
@@ -139,7 +141,7 @@ class Case:
 
 def cases(spec: SuiteSpec, device_types: Sequence[str]) -> list[Case]:
     return [
-        Case(device, dtype, mode, batch)
+        Case(device, dtype, mode, batch, spec)
         for device in device_types
         for dtype in spec.dtypes
         for mode in spec.modes
