@@ -26,7 +26,7 @@ FAST = "--torch-perf-max-time=0.05"
 
 
 @pytest.fixture
-def suite(pytester):
+def suite(pytester, one_thread):
     pytester.makepyfile(test_suite=SUITE)
     return pytester
 
@@ -178,19 +178,6 @@ def test_recording_under_xdist_is_refused(suite, run):
 
 
 def test_comparing_under_xdist_works_and_the_table_is_complete(suite, run):
-    # one thread per process: two workers on a small machine must not oversubscribe it
-    suite.makeconftest(
-        """
-        import pytest, torch
-
-        @pytest.fixture(autouse=True)
-        def _one_thread():
-            before = torch.get_num_threads()
-            torch.set_num_threads(1)
-            yield
-            torch.set_num_threads(before)
-        """
-    )
     run(FAST, "--torch-update-perf").assert_outcomes(passed=2)
     result = run(FAST, "-p", "xdist", "-n", "2")
     result.assert_outcomes(passed=2)

@@ -44,7 +44,7 @@ IDS = [
 
 
 @pytest.fixture
-def suite(pytester):
+def suite(pytester, one_thread):
     pytester.makepyfile(test_suite=SUITE)
     return pytester
 
