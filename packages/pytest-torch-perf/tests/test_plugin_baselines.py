@@ -203,6 +203,29 @@ def test_bad_tolerance_is_explained(pytester, run, value):
     result.stdout.fnmatch_lines(["*perf_baseline: latency_tolerance must be a number >= 0, got *"])
 
 
+def test_cpu_baseline_records_and_compares_peak_memory(pytester, run, one_thread):
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_alloc(perf_baseline):
+            x = torch.randn(512, 1024)
+            perf_baseline(lambda t: (t @ t.T).sum(), x, latency_tolerance=10.0)
+        """
+    )
+    run(FAST, "--torch-update-perf").assert_outcomes(passed=1)
+    (machine,) = _baselines(pytester)["machines"].values()
+    (entry,) = machine.values()
+    assert entry["device"] == "cpu"
+    # the 2 MiB input was alive, the 1 MiB product was added
+    assert entry["peak_memory"]["cpu"] >= 3 * 2**20
+    run(FAST).assert_outcomes(passed=1)
+    _edit(pytester, peak_memory={"cpu": 1024})
+    result = run(FAST)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["E * peak memory on cpu: * MiB vs baseline 0.0 MiB*"])
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_baseline_records_and_compares_peak_memory(pytester, run):

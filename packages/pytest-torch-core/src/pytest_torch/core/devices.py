@@ -97,6 +97,20 @@ def available_device_types() -> list[str]:
     return [t for t in KNOWN_DEVICE_TYPES if is_available(t)]
 
 
+def is_initialized(device_type: str) -> bool:
+    """Whether this process has already set up the accelerator (cpu: always).
+
+    Asking never initializes it, so a CPU-only test on a GPU machine costs no context.
+    """
+    if device_type == "cpu":
+        return True
+    module = backend_module(device_type)
+    check = getattr(module, "is_initialized", None)
+    if callable(check):
+        return bool(check())
+    return is_available(device_type)  # mps and others have no separate set-up step
+
+
 def device_count(device_type: str) -> int:
     """How many devices of this type the process sees (cpu: 1)."""
     if device_type == "cpu":
@@ -217,8 +231,9 @@ def _memory_function(device_type: str, name: str) -> Any:
 def memory_stats(device: torch.device | str) -> MemoryStats | None:
     """Allocated and peak bytes on ``device``, or None where the device does not report.
 
-    CPU does not report through this layer yet; accelerators report through
-    ``torch.accelerator`` (or their backend module on older torch).
+    Accelerators report through ``torch.accelerator`` (or their backend module on older
+    torch). The CPU has no running counters: measure CPU peaks with
+    :class:`pytest_torch.core.memory.PeakTracker`, which works for every device.
     """
     dev = as_device(device)
     if dev.type == "cpu" or not is_available(dev.type):

@@ -85,15 +85,12 @@ def measure_latency(
 
 
 def peak_memory(target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, int]:
-    """Peak bytes allocated during one call, per device the core layer can measure."""
+    """Peak bytes allocated during one call on its device (CPU included), where the
+    core layer can measure it."""
+    from pytest_torch.core.memory import PeakTracker
+
     dev = infer_device(target, inputs, kwargs)
-    if not devices.reset_peak_memory(dev):
-        return {}
     run = bind(target, inputs, kwargs)
-    with run_context(target):
+    with PeakTracker([dev]) as tracker, run_context(target):
         run()
-    devices.synchronize(dev)
-    stats = devices.memory_stats(dev)
-    if stats is None or stats.peak is None:
-        return {}
-    return {str(dev): stats.peak}
+    return {name: peak.peak for name, peak in tracker.results.items()}

@@ -1,0 +1,227 @@
+"""Peak memory of a stretch of code, on every device, CPU included.
+
+:class:`PeakTracker` is the one way the family measures peaks: accelerators through
+their allocator's peak counter (reset at the start), the CPU through the allocation
+events of torch's CPU allocator (:mod:`pytest_torch.core.cpu_memory`). Either way the
+result says what was allocated when the window opened, the peak, and what was left
+when it closed.
+
+On the CPU, "allocated when the window opened" is the storage of the tensors Python can
+see at that moment (gc-tracked tensors, shared storages counted once); blocks freed in
+the window that were allocated before it are not credited back, so a CPU peak is never
+under-reported.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pytest_torch.core import devices
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_torch.core.cpu_memory import CpuAllocation, CpuAllocationRecorder
+
+#: how many of the largest blocks alive at the peak a result keeps
+LARGEST_BLOCKS = 5
+
+
+class Block(NamedTuple):
+    """A block of memory alive at the moment of the peak."""
+
+    size: int
+    #: milliseconds after the window opened when it was allocated
+    allocated_at_ms: float
+    #: "tensor [64, 1024] float32" when a live tensor still uses it at the end, else None
+    tensor: str | None
+    freed: bool
+
+
+class PeakMemory(NamedTuple):
+    """Memory on one device over a window, in bytes."""
+
+    device: str
+    at_start: int
+    peak: int
+    at_end: int
+    #: the largest blocks alive at the peak, where the device's mechanism knows them
+    largest: tuple[Block, ...] = ()
+
+    @property
+    def added(self) -> int:
+        """How much the window added on top of what was allocated when it opened."""
+        return max(0, self.peak - self.at_start)
+
+
+def iter_tensors(objects: Iterable[object] | None = None) -> Iterator[torch.Tensor]:
+    """Every tensor among ``objects`` (default: every object the garbage collector tracks)."""
+    import torch
+
+    is_tensor: dict[type, bool] = {}
+    base = torch.Tensor
+    for obj in gc.get_objects() if objects is None else objects:
+        kind = type(obj)
+        known = is_tensor.get(kind)
+        if known is None:  # isinstance on tensor types is slow: decide once per type
+            known = is_tensor[kind] = issubclass(kind, base)
+        if known:
+            yield obj  # type: ignore[misc]
+
+
+def storage_key(tensor: torch.Tensor) -> tuple[str, int, int] | None:
+    """(device, address, bytes) of the tensor's storage; None where it has none."""
+    try:
+        storage = tensor.untyped_storage()
+        address = storage.data_ptr()
+        if address == 0:
+            return None
+        return str(tensor.device), address, int(storage.nbytes())
+    except Exception:  # sparse, nested, fake or meta tensors own no plain storage
+        return None
+
+
+def live_tensor_bytes(device_type: str) -> tuple[int, dict[int, str]]:
+    """Bytes of the storages of live tensors on ``device_type``, and a description of
+    the tensor using each storage address."""
+    total = 0
+    named: dict[int, str] = {}
+    for tensor in iter_tensors():
+        key = storage_key(tensor)
+        if key is None or key[1] in named or not key[0].startswith(device_type):
+            continue
+        named[key[1]] = describe_tensor(tensor)
+        total += key[2]
+    return total, named
+
+
+def describe_tensor(tensor: torch.Tensor) -> str:
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    return f"tensor {list(tensor.shape)} {dtype}"
+
+
+def cpu_peak(
+    events: list[CpuAllocation], at_start: int, live_at_end: dict[int, str], device: str = "cpu"
+) -> PeakMemory:
+    """The peak of a window from the CPU allocator's events and the bytes live at start."""
+    if not events:
+        return PeakMemory(device, at_start, at_start, at_start)
+    running, peak, peak_index = 0, 0, -1
+    for index, event in enumerate(events):
+        running += event.size
+        if running > peak:
+            peak, peak_index = running, index
+    live: dict[int, CpuAllocation] = {}
+    for event in events[: peak_index + 1]:
+        if event.size > 0:
+            live[event.ptr] = event
+        else:
+            live.pop(event.ptr, None)
+    freed_later = {e.ptr for e in events[peak_index + 1 :] if e.size < 0}
+    start_ns = events[0].time_ns
+    blocks = tuple(
+        Block(
+            event.size,
+            (event.time_ns - start_ns) / 1e6,
+            None if event.ptr in freed_later else live_at_end.get(event.ptr),
+            event.ptr in freed_later,
+        )
+        for event in sorted(live.values(), key=lambda e: -e.size)[:LARGEST_BLOCKS]
+    )
+    return PeakMemory(device, at_start, at_start + peak, at_start + running, blocks)
+
+
+class PeakTracker:
+    """Measures the peak memory on ``devices`` between :meth:`start` and :meth:`stop`.
+
+    ``with PeakTracker(["cpu"]) as peaks: ...`` then ``peaks.results["cpu"].peak``.
+    :attr:`results` maps each device (``"cpu"``,
+    ``"cuda:0"``, ...) to a :class:`PeakMemory`. A device whose peak cannot be measured
+    is left out and its reason kept in :attr:`unmeasured`. The accelerators' peak
+    counters are reset at the start (torch offers no way to put a peak back).
+    """
+
+    def __init__(self, devices_: Iterable[torch.device | str]) -> None:
+        self.devices = [devices.as_device(d) for d in devices_]
+        self.results: dict[str, PeakMemory] = {}
+        self.unmeasured: dict[str, str] = {}
+        self._cpu: CpuAllocationRecorder | None = None
+        self._cpu_start = 0
+        self._accelerators: dict[str, tuple[torch.device, int, bool]] = {}
+
+    def start(self) -> None:
+        self.results, self.unmeasured = {}, {}
+        for device in self.devices:
+            if device.type == "cpu":
+                self._start_cpu()
+            else:
+                self._start_accelerator(device)
+
+    def _start_cpu(self) -> None:
+        from pytest_torch.core.cpu_memory import CpuAllocationRecorder
+
+        self._cpu_start = live_tensor_bytes("cpu")[0]
+        recorder = CpuAllocationRecorder()
+        if recorder.start():
+            self._cpu = recorder
+        else:
+            self.unmeasured["cpu"] = (
+                "torch's profiler was already running, and CPU peaks are recorded with it"
+            )
+
+    def _start_accelerator(self, device: torch.device) -> None:
+        name = str(device)
+        if not devices.is_available(device.type):
+            self.unmeasured[name] = f"{device.type} is not available"
+            return
+        initialized = devices.is_initialized(device.type)
+        at_start = 0
+        if initialized:
+            devices.synchronize(device)
+            stats = devices.memory_stats(device)
+            if stats is None or not devices.reset_peak_memory(device):
+                self.unmeasured[name] = f"{device.type} does not report peak memory"
+                return
+            at_start = stats.allocated
+        self._accelerators[name] = (device, at_start, initialized)
+
+    def stop(self) -> dict[str, PeakMemory]:
+        if self._cpu is not None:
+            events = self._cpu.stop()
+            self._cpu = None
+            live_at_end = live_tensor_bytes("cpu")[1] if events else {}
+            self.results["cpu"] = cpu_peak(events, self._cpu_start, live_at_end)
+        for name, (device, at_start, was_initialized) in self._accelerators.items():
+            if not was_initialized and not devices.is_initialized(device.type):
+                self.results[name] = PeakMemory(name, 0, 0, 0)  # never touched
+                continue
+            devices.synchronize(device)
+            stats = devices.memory_stats(device)
+            if stats is None or stats.peak is None:
+                self.unmeasured[name] = f"{device.type} does not report peak memory"
+                continue
+            self.results[name] = PeakMemory(name, at_start, stats.peak, stats.allocated)
+        self._accelerators = {}
+        return self.results
+
+    def __enter__(self) -> PeakTracker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def format_bytes(count: float) -> str:
+    """``"812.4 MiB"``, ``"3.0 KiB"``, ``"12 B"`` (signed when negative)."""
+    sign = "-" if count < 0 else ""
+    count = abs(count)
+    if count < 1024:
+        return f"{sign}{count:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        count /= 1024
+        if count < 1024 or unit == "GiB":
+            break
+    return f"{sign}{count:.1f} {unit}"
