@@ -18,6 +18,10 @@ if TYPE_CHECKING:
         assert_close,
     )
     from pytest_torch.core.fingerprint import HardwareFingerprint, hardware_fingerprint
+    from pytest_torch.core.memory import PeakMemory, PeakTracker
+    from pytest_torch.memory.api import assert_max_memory, assert_no_memory_leak
+    from pytest_torch.memory.budgets import MemoryBudgetError
+    from pytest_torch.memory.leaks import MemoryLeakError
     from pytest_torch.perf.calls import measure_latency
     from pytest_torch.perf.checks import PerfRegressionError
     from pytest_torch.perf.suites import benchmark_suite
@@ -31,22 +35,34 @@ _EXPORTS: dict[str, str] = {
     "TensorMismatchError": "pytest_torch.core.compare",
     "HardwareFingerprint": "pytest_torch.core.fingerprint",
     "hardware_fingerprint": "pytest_torch.core.fingerprint",
+    "PeakMemory": "pytest_torch.core.memory",
+    "PeakTracker": "pytest_torch.core.memory",
     "LatencyResult": "pytest_torch.perf.timing",
     "PerfRegressionError": "pytest_torch.perf.checks",
     "assert_no_host_sync": "pytest_torch.perf.syncs",
     "benchmark_suite": "pytest_torch.perf.suites",
     "find_host_syncs": "pytest_torch.perf.syncs",
     "measure_latency": "pytest_torch.perf.calls",
+    "MemoryBudgetError": "pytest_torch.memory.budgets",
+    "MemoryLeakError": "pytest_torch.memory.leaks",
+    "assert_max_memory": "pytest_torch.memory.api",
+    "assert_no_memory_leak": "pytest_torch.memory.api",
 }
 
 __all__ = [
     "HardwareFingerprint",
     "LatencyResult",
+    "MemoryBudgetError",
+    "MemoryLeakError",
     "Mismatch",
+    "PeakMemory",
+    "PeakTracker",
     "PerfRegressionError",
     "TensorMismatchError",
     "assert_close",
+    "assert_max_memory",
     "assert_no_host_sync",
+    "assert_no_memory_leak",
     "benchmark_suite",
     "find_host_syncs",
     "hardware_fingerprint",

@@ -1,0 +1,33 @@
+"""pytest-torch-memory: peak-memory budgets and leak checks.
+
+Public names: :func:`assert_no_memory_leak`, :func:`assert_max_memory`,
+:class:`MemoryLeakError`, :class:`MemoryBudgetError`. Imported on first use; nothing
+here imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pytest_torch.core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from pytest_torch.memory.api import assert_max_memory, assert_no_memory_leak
+    from pytest_torch.memory.budgets import MemoryBudgetError
+    from pytest_torch.memory.leaks import MemoryLeakError
+
+_EXPORTS = {
+    "MemoryBudgetError": "pytest_torch.memory.budgets",
+    "MemoryLeakError": "pytest_torch.memory.leaks",
+    "assert_max_memory": "pytest_torch.memory.api",
+    "assert_no_memory_leak": "pytest_torch.memory.api",
+}
+
+__all__ = [
+    "MemoryBudgetError",
+    "MemoryLeakError",
+    "assert_max_memory",
+    "assert_no_memory_leak",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,110 @@
+"""Peak-memory budgets: the ``torch_max_memory`` marker's arguments and the verdict.
+
+Works on measurements handed in (:class:`~pytest_torch.core.memory.PeakMemory`), so it
+is tested with made-up numbers; the plugin does the measuring.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from pytest_torch.core.devices import DeviceSpecError, parse_device_types
+from pytest_torch.core.memory import PeakMemory, format_bytes
+
+MARKER = "torch_max_memory"
+MIB = 2**20
+
+
+class MemoryBudgetError(AssertionError):
+    """A test's peak memory went over its ``torch_max_memory`` budget."""
+
+
+class MemoryBudget(NamedTuple):
+    mb: float
+    #: device types the budget applies to; None for every measured device
+    device_types: tuple[str, ...] | None = None
+
+    def applies_to(self, device: str) -> bool:
+        return self.device_types is None or device.split(":")[0] in self.device_types
+
+
+def parse_budget(args: Sequence[Any], kwargs: Mapping[str, Any], where: str) -> MemoryBudget:
+    """The budget of a ``torch_max_memory`` marker; ValueError naming ``where``."""
+    example = f"Example: @pytest.mark.{MARKER}(mb=512) or ({MARKER}(512, device='cuda'))"
+    unknown = set(kwargs) - {"mb", "device"}
+    if unknown:
+        raise ValueError(
+            f"{where}: @pytest.mark.{MARKER} got unknown keyword(s)"
+            f" {', '.join(sorted(unknown))}; it takes mb= and device=. {example}"
+        )
+    if len(args) > 1 or (args and "mb" in kwargs):
+        raise ValueError(f"{where}: @pytest.mark.{MARKER} takes mb once. {example}")
+    mb = args[0] if args else kwargs.get("mb")
+    if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb > 0 or math.isinf(mb):
+        raise ValueError(
+            f"{where}: @pytest.mark.{MARKER} needs a positive budget in MiB, got {mb!r}. {example}"
+        )
+    device = kwargs.get("device")
+    types: tuple[str, ...] | None = None
+    if device is not None:
+        if not isinstance(device, (str, list, tuple)):
+            raise ValueError(
+                f"{where}: @pytest.mark.{MARKER} device= takes a device type such as"
+                f" 'cuda' or a list of them, got {device!r}. {example}"
+            )
+        try:
+            parsed = parse_device_types(device, source=f"{where}: @pytest.mark.{MARKER} device=")
+        except DeviceSpecError as exc:
+            raise ValueError(str(exc)) from None
+        types = None if parsed is None else tuple(parsed)
+    return MemoryBudget(float(mb), types)
+
+
+def _block_line(block: Any) -> str:
+    when = f"allocated {block.allocated_at_ms:.1f} ms into the test body"
+    if block.freed:
+        fate = "freed before the body ended"
+    elif block.tensor is not None:
+        fate = f"still used by a {block.tensor}"
+    else:
+        fate = "still allocated at the end"
+    return f"      {format_bytes(block.size):>10}  {when}, {fate}"
+
+
+def over_budget(peak: PeakMemory, budget: MemoryBudget) -> bool:
+    return budget.applies_to(peak.device) and peak.peak > budget.mb * MIB
+
+
+def budget_failure(
+    results: Mapping[str, PeakMemory], budget: MemoryBudget, unmeasured: Mapping[str, str]
+) -> str | None:
+    """The failure message when a measured device went over the budget, else None."""
+    over = [peak for peak in results.values() if over_budget(peak, budget)]
+    if not over:
+        return None
+    limit = budget.mb * MIB
+    lines = []
+    for peak in over:
+        excess = peak.peak - limit
+        lines += [
+            f"peak memory on {peak.device} was {format_bytes(peak.peak)}, over the"
+            f" torch_max_memory budget of {budget.mb:g} MiB by {format_bytes(excess)}"
+            f" (+{100 * excess / limit:.1f} %)",
+            f"  already allocated when the test body started: {format_bytes(peak.at_start)}"
+            + ("  (live tensors: fixtures, weights, inputs)" if peak.device == "cpu" else ""),
+            f"  added by the test body at its peak:            {format_bytes(peak.added)}",
+        ]
+        if peak.largest:
+            lines.append("  largest blocks alive at the peak:")
+            lines += [_block_line(block) for block in peak.largest]
+    needed = max(math.ceil(peak.peak / MIB) for peak in over)
+    lines.append(
+        "What to do: cut what the body holds at once (smaller batches; torch.inference_mode()"
+        " for inference; drop intermediate tensors you no longer need), or, if this peak is"
+        f" expected, raise the budget: @pytest.mark.torch_max_memory(mb={needed})"
+    )
+    for device, reason in sorted(unmeasured.items()):
+        lines.append(f"(not measured on {device}: {reason})")
+    return "\n".join(lines)

@@ -1,0 +1,301 @@
+"""The leak check: run a body repeatedly and fail when every run leaves more behind.
+
+One warm-up run absorbs one-time work (lazily created optimizer state, compiled code,
+caches filled on first use). Then each of ``iterations`` runs is followed by a garbage
+collection and a :mod:`census <pytest_torch.memory.census>`. A leak is growth in *every*
+run, in live tensors or in bytes on some device, beyond the tolerance: one-off growth
+is not a leak. Only when a leak is proven does one more, traced run find the lines that
+create the accumulating tensors (:mod:`culprits`); passing checks pay for censuses only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pytest_torch.core.memory import format_bytes, iter_tensors
+from pytest_torch.memory.census import Census, GroupKey, frozen_heap, group_key, take_census
+
+if TYPE_CHECKING:
+    import torch
+
+MARKER = "torch_memory_leak"
+DEFAULT_ITERATIONS = 5
+#: groups named in a report
+MAX_CULPRITS = 3
+
+
+class MemoryLeakError(AssertionError):
+    """Every run of a body left more tensors or bytes behind than the one before."""
+
+
+class LeakCheck(NamedTuple):
+    iterations: int = DEFAULT_ITERATIONS
+    #: growth per run that is allowed, in tensors and in bytes
+    tolerance_tensors: int = 0
+    tolerance_bytes: int = 0
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30})
+
+
+def parse_bytes(value: object, where: str) -> int:
+    """Bytes from ``4096``, ``"64KiB"``, ``"1.5 MB"``; ValueError naming ``where``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{where}: expected a number of bytes, got {value!r}")
+    if isinstance(value, (int, float)) and value >= 0:
+        return int(value)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    if match is None or match.group(2).lower() not in _UNITS:
+        raise ValueError(
+            f"{where}: expected a number of bytes >= 0 such as 4096, '64KiB' or '1MB',"
+            f" got {value!r}"
+        )
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def parse_leak_check(
+    args: Sequence[Any], kwargs: Mapping[str, Any], where: str, defaults: LeakCheck
+) -> LeakCheck:
+    """The settings of a ``torch_memory_leak`` marker; ValueError naming ``where``."""
+    example = f"Example: @pytest.mark.{MARKER}(iterations=5, tolerance_bytes='64KiB')"
+    prefix = f"{where}: @pytest.mark.{MARKER}"
+    unknown = set(kwargs) - set(LeakCheck._fields)
+    if unknown:
+        raise ValueError(
+            f"{prefix} got unknown keyword(s) {', '.join(sorted(unknown))}; it takes"
+            f" {', '.join(f'{f}=' for f in LeakCheck._fields)}. {example}"
+        )
+    if len(args) > 1 or (args and "iterations" in kwargs):
+        raise ValueError(f"{prefix} takes iterations once. {example}")
+    iterations = args[0] if args else kwargs.get("iterations", defaults.iterations)
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 2:
+        raise ValueError(
+            f"{prefix} needs iterations >= 2 (runs after the warm-up that must all grow"
+            f" for a leak), got {iterations!r}. {example}"
+        )
+    tensors = kwargs.get("tolerance_tensors", defaults.tolerance_tensors)
+    if isinstance(tensors, bool) or not isinstance(tensors, int) or tensors < 0:
+        raise ValueError(f"{prefix} tolerance_tensors must be an int >= 0, got {tensors!r}")
+    tolerance_bytes = parse_bytes(
+        kwargs.get("tolerance_bytes", defaults.tolerance_bytes), f"{prefix} tolerance_bytes"
+    )
+    return LeakCheck(iterations, tensors, tolerance_bytes)
+
+
+class Verdict(NamedTuple):
+    tensors: bool
+    #: devices whose bytes grew in every run
+    devices: list[str]
+
+    @property
+    def leaking(self) -> bool:
+        return self.tensors or bool(self.devices)
+
+
+def _steps(series: Sequence[int]) -> list[int]:
+    return [after - before for before, after in itertools.pairwise(series)]
+
+
+def judge(censuses: Sequence[Census], check: LeakCheck) -> Verdict:
+    """Whether every run grew beyond the tolerance (the first census is the reference)."""
+    totals = [census.total for census in censuses]
+    tensors = all(step > check.tolerance_tensors for step in _steps(totals))
+    names = sorted({name for census in censuses for name in census.device_bytes})
+    leaking_devices = [
+        name
+        for name in names
+        if all(
+            step > check.tolerance_bytes
+            for step in _steps([c.device_bytes.get(name, 0) for c in censuses])
+        )
+    ]
+    return Verdict(tensors, leaking_devices)
+
+
+class Culprit(NamedTuple):
+    key: GroupKey
+    tensors: int
+    #: tensors added per run; 0 for a group that is replaced, not added to
+    per_run: float
+    bytes: int
+    bytes_per_run: float
+
+    def describe(self) -> str:
+        noun = "tensor" if self.tensors == 1 else "tensors"
+        if self.per_run:
+            return (
+                f"{self.tensors} {noun}, {_number(self.per_run)} per run: {self.key.describe()}"
+                f" (+{format_bytes(self.bytes_per_run)} per run)"
+            )
+        return (
+            f"{self.tensors} {noun}: {self.key.describe()}, {format_bytes(self.bytes)} in all,"
+            f" made new by the last run (each run replaces it with a bigger one)"
+        )
+
+
+def culprits(censuses: Sequence[Census], verdict: Verdict) -> list[Culprit]:
+    """The groups that accumulate, most telling first."""
+    first, previous, last = censuses[0], censuses[-2], censuses[-1]
+    runs = len(censuses) - 1
+    found = []
+    for key, count in last.counts.items():
+        counts = [c.counts.get(key, 0) for c in censuses]
+        if all(step > 0 for step in _steps(counts)):
+            sizes = [c.group_bytes.get(key, 0) for c in censuses]
+            per_run = (counts[-1] - counts[0]) / runs
+            found.append(Culprit(key, count, per_run, sizes[-1], (sizes[-1] - sizes[0]) / runs))
+    if found:
+        found.sort(key=lambda c: (-c.per_run, -c.bytes_per_run, str(c.key)))
+        return found[:MAX_CULPRITS]
+    # no group grows steadily: the groups that are new or bigger since the previous run,
+    # on the devices that leak bytes (a buffer replaced by a bigger one in each run)
+    for key, count in last.counts.items():
+        if verdict.devices and key.device not in verdict.devices:
+            continue
+        size = last.group_bytes.get(key, 0)
+        if size > previous.group_bytes.get(key, 0) or count > previous.counts.get(key, 0):
+            found.append(Culprit(key, count, 0.0, size, 0.0))
+    found.sort(key=lambda c: (-c.bytes, str(c.key)))
+    del first
+    return found[:MAX_CULPRITS]
+
+
+def _number(value: float) -> str:
+    return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
+
+
+def _series(values: Sequence[int], fmt: Callable[[int], str]) -> str:
+    shown = [fmt(v) for v in values]
+    if len(shown) > 7:
+        shown = [*shown[:3], "...", *shown[-3:]]
+    return " -> ".join(shown)
+
+
+class Evidence(NamedTuple):
+    """Where a culprit group's tensors come from and who holds them."""
+
+    site: str | None
+    holder: str | None
+
+
+def report(
+    censuses: Sequence[Census],
+    verdict: Verdict,
+    check: LeakCheck,
+    found: Sequence[Culprit],
+    evidence: Mapping[GroupKey, Evidence],
+    traced: str,
+) -> str:
+    """The failure message of a leak check."""
+    runs = len(censuses) - 1
+    lines = [f"memory leak: each of the {runs} runs after the warm-up left more behind."]
+    if verdict.tensors:
+        totals = [c.total for c in censuses]
+        lines.append(
+            f"  live tensors after each run: {_series(totals, str)}"
+            f" (+{_number((totals[-1] - totals[0]) / runs)} per run;"
+            f" tolerance {check.tolerance_tensors})"
+        )
+    for device in verdict.devices:
+        values = [c.device_bytes.get(device, 0) for c in censuses]
+        lines.append(
+            f"  bytes allocated on {device} after each run: {_series(values, format_bytes)}"
+            f" (+{format_bytes((values[-1] - values[0]) / runs)} per run;"
+            f" tolerance {format_bytes(check.tolerance_bytes)})"
+        )
+    if found:
+        lines.append("What accumulates:")
+    for culprit in found:
+        lines.append(f"  {culprit.describe()}")
+        found_evidence = evidence.get(culprit.key, Evidence(None, None))
+        if found_evidence.site:
+            lines.append(f"    created at {found_evidence.site}")
+        if found_evidence.holder:
+            lines.append(f"    held by {found_evidence.holder}")
+        if culprit.key.grad_fn is not None:
+            scalar = not culprit.key.shape
+            keep = "loss.item() (a Python float)" if scalar else "tensor.detach()"
+            lines.append(
+                f"    they hold an autograd graph ({culprit.key.grad_fn}), which keeps every"
+                f" step's activations alive: store {keep} instead of"
+                f" {'loss' if scalar else 'the tensor'}"
+            )
+    if not found:
+        lines.append(
+            "  No tensor that Python can see accumulates: the memory is held outside Python"
+            " (a C++ cache, a custom allocator, or tensors saved inside an autograd graph)."
+        )
+    lines.append(
+        f"How it was checked: 1 warm-up run, then {runs} runs of the test body with the same"
+        f" fixtures, gc.collect() and a census of live tensors after each{traced}. If this"
+        f" growth is expected, allow it: @pytest.mark.{MARKER}(tolerance_tensors=N,"
+        f" tolerance_bytes='64KiB')"
+    )
+    return "\n".join(lines)
+
+
+def _evidence(
+    found: Sequence[Culprit], sites: Any, root: str | None
+) -> tuple[dict[GroupKey, Evidence], list[Any]]:
+    """Creation sites of the culprits' tensors (from the traced run), and one tensor of
+    each group to look for holders of."""
+    wanted = {culprit.key for culprit in found}
+    examples: dict[GroupKey, Any] = {}
+    found_sites: dict[GroupKey, str] = {}
+    for tensor in iter_tensors():
+        key = group_key(tensor)
+        if key not in wanted or key is None:
+            continue
+        site = sites.site_of(tensor) if sites is not None else None
+        if site is not None and key not in found_sites:
+            found_sites[key] = site.describe(root)
+            examples[key] = tensor
+        elif key not in examples:
+            examples[key] = tensor
+    evidence = {key: Evidence(found_sites.get(key), None) for key in wanted}
+    return evidence, [examples.get(c.key) for c in found]
+
+
+def check_for_leaks(
+    run: Callable[[], object],
+    check: LeakCheck,
+    accelerators: Sequence[torch.device] = (),
+    root: str | None = None,
+) -> str | None:
+    """Run ``run`` ``check.iterations + 1`` times; the failure message of a leak, or None.
+
+    Exceptions from ``run`` propagate. ``root`` shortens the file names in the report.
+    """
+    from pytest_torch.memory.culprits import creation_sites, describe_holder
+
+    with frozen_heap():
+        run()
+        censuses = [take_census(accelerators)]
+        for _ in range(check.iterations):
+            run()
+            censuses.append(take_census(accelerators))
+        verdict = judge(censuses, check)
+        if not verdict.leaking:
+            return None
+        # one more run, traced, so the accumulating tensors can be traced to their lines
+        sites = creation_sites()
+        try:
+            with sites:
+                run()
+            traced = "; one more run traced where tensors are created"
+            found = culprits([*censuses, take_census(accelerators)], verdict)
+        except Exception:  # the report can do without creation sites
+            sites, traced = None, ""
+            found = culprits(censuses, verdict)
+        evidence, examples = _evidence(found, sites, root)
+    # referrers are searched outside the frozen heap: the holders are usually older
+    for culprit, example in zip(found, examples, strict=True):
+        if example is not None:
+            holder = describe_holder(example, ignore=(examples,))
+            evidence[culprit.key] = evidence[culprit.key]._replace(holder=holder)
+    del examples
+    return report(censuses, verdict, check, found, evidence, traced)

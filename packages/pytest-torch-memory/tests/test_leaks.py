@@ -1,0 +1,210 @@
+"""The leak engine on real training code: leaks found and named, usual suspects passed."""
+
+from __future__ import annotations
+
+import gc
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pytest_torch.memory.census import Census, GroupKey
+from pytest_torch.memory.leaks import (
+    LeakCheck,
+    check_for_leaks,
+    culprits,
+    judge,
+    parse_bytes,
+    parse_leak_check,
+)
+
+CHECK = LeakCheck(iterations=5)
+history: list = []
+
+
+@pytest.fixture(autouse=True)
+def _fresh_history():
+    history.clear()
+    yield
+    history.clear()
+    assert gc.get_freeze_count() == 0  # the frozen heap is always thawed
+
+
+def _model_and_data():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    return model, torch.randn(32, 8), torch.randn(32, 1)
+
+
+def test_accumulated_losses_are_named_with_line_holder_and_hint():
+    model, x, y = _model_and_data()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        history.append(loss)
+
+    message = check_for_leaks(step, CHECK)
+    assert message is not None
+    lines = message.splitlines()
+    assert lines[0] == "memory leak: each of the 5 runs after the warm-up left more behind."
+    # the grads made in the warm-up are there from the start: only the losses add up
+    assert re.search(
+        r"live tensors after each run: (\d+) -> .* \(\+1 per run; tolerance 0\)", message
+    )
+    assert "  7 tensors, 1 per run: shape [], float32, cpu, grad_fn=MseLossBackward0" in message
+    assert "test_leaks.py:" in message and "`loss = F.mse_loss(model(x), y)`" in message
+    assert "held by list `history` in module `test_leaks`" in message
+    assert "store loss.item() (a Python float) instead of loss" in message
+
+
+def test_activations_kept_by_a_hook_are_named():
+    model, x, _ = _model_and_data()
+    kept = []
+    handle = model[1].register_forward_hook(lambda module, args, output: kept.append(output))
+    try:
+        message = check_for_leaks(lambda: model(x), CHECK)
+    finally:
+        handle.remove()
+    assert message is not None
+    assert "1 per run: shape [32, 16], float32, cpu, grad_fn=ReluBackward0" in message
+    assert "held by list `kept` captured by function" in message
+    assert "store tensor.detach() instead of the tensor" in message
+
+
+def test_a_buffer_that_grows_without_new_tensors_is_a_leak_in_bytes():
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("seen", torch.zeros(0))
+
+        def forward(self, x):
+            self.seen = torch.cat([self.seen, x.flatten()])
+            return x
+
+    recorder = Recorder()
+    message = check_for_leaks(lambda: recorder(torch.ones(256)), CHECK)
+    assert message is not None
+    assert "live tensors after each run" not in message  # the count does not grow
+    assert "bytes allocated on cpu after each run: 1.0 KiB -> 2.0 KiB -> 3.0 KiB" in message
+    assert "(+1.0 KiB per run; tolerance 0 B)" in message
+    assert "1 tensor: shape [1792], float32, cpu, 7.0 KiB in all" in message
+    assert "`self.seen = torch.cat([self.seen, x.flatten()])`" in message
+    assert "held by buffer `seen` of a `Recorder` module" in message
+
+
+def test_an_adam_training_loop_with_a_scheduler_does_not_leak():
+    model, x, y = _model_and_data()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)  # state created lazily
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        history.append(loss.item())
+
+    assert check_for_leaks(step, CHECK) is None
+
+
+def test_a_compiled_model_does_not_leak():
+    model, x, _ = _model_and_data()
+    compiled = torch.compile(model, backend="eager")
+
+    def step():
+        with torch.no_grad():
+            compiled(x)
+
+    assert check_for_leaks(step, CHECK) is None
+
+
+def test_one_time_initialisation_and_python_caches_are_not_leaks():
+    cache: dict[int, str] = {}
+    lazy: dict[str, torch.Tensor] = {}
+
+    def step():
+        if "table" not in lazy:  # first run only
+            lazy["table"] = torch.randn(1000)
+        cache[len(cache)] = str(len(cache)) * 10  # grows every run, but holds no tensor
+        return (lazy["table"] * 2).sum()
+
+    assert check_for_leaks(step, CHECK) is None
+
+
+def test_growth_in_some_runs_only_is_not_a_leak():
+    runs = []
+
+    def step():
+        runs.append(None)
+        if len(runs) % 2:
+            history.append(torch.ones(1))
+
+    assert check_for_leaks(step, CHECK) is None
+
+
+def test_tolerance_allows_steady_growth_up_to_it():
+    def step():
+        history.append(torch.ones(4))
+
+    assert check_for_leaks(step, LeakCheck(3, tolerance_tensors=1, tolerance_bytes=64)) is None
+    message = check_for_leaks(step, LeakCheck(3, tolerance_tensors=1, tolerance_bytes=0))
+    assert message is not None
+    assert "bytes allocated on cpu" in message and "live tensors after each run" not in message
+
+
+def test_the_body_runs_warm_up_plus_iterations_and_errors_propagate():
+    calls = []
+    assert check_for_leaks(lambda: calls.append(1), LeakCheck(3)) is None
+    assert len(calls) == 4
+
+    def failing():
+        calls.append(1)
+        if len(calls) > 6:
+            raise RuntimeError("third run")
+
+    with pytest.raises(RuntimeError, match="third run"):
+        check_for_leaks(failing, LeakCheck(3))
+
+
+def _census(counts: dict[GroupKey, int], sizes: dict[str, int]) -> Census:
+    return Census(counts, {key: 4 * n for key, n in counts.items()}, sizes)
+
+
+def test_judge_and_culprits_on_made_up_censuses():
+    loss = GroupKey((), "float32", "cpu", True, "MseLossBackward0")
+    other = GroupKey((3,), "int64", "cpu", False, None)
+    censuses = [_census({loss: n, other: 2}, {"cpu": 100 + n, "cuda:0": 7}) for n in range(4)]
+    verdict = judge(censuses, LeakCheck(3))
+    assert verdict.tensors and verdict.devices == ["cpu"]
+    (found,) = culprits(censuses, verdict)
+    assert found.key == loss and found.per_run == 1 and found.bytes_per_run == 4
+    assert not judge(censuses, LeakCheck(3, tolerance_tensors=1, tolerance_bytes=1)).leaking
+
+
+def test_parse_bytes_and_leak_markers():
+    assert [parse_bytes(v, "w") for v in (0, 4096, "64KiB", "1.5 MB", "2mib", "10 b")] == [
+        0,
+        4096,
+        65536,
+        1_500_000,
+        2 * 2**20,
+        10,
+    ]
+    for bad in (-1, "lots", "5 parsecs", True):
+        with pytest.raises(ValueError, match="w: expected a number of bytes"):
+            parse_bytes(bad, "w")
+    defaults = LeakCheck(4, 1, 2)
+    assert parse_leak_check((), {}, "t", defaults) == defaults
+    assert parse_leak_check((7,), {"tolerance_bytes": "1KiB"}, "t", defaults) == (7, 1, 1024)
+    with pytest.raises(ValueError, match="needs iterations >= 2"):
+        parse_leak_check((1,), {}, "t", defaults)
+    with pytest.raises(ValueError, match="unknown keyword"):
+        parse_leak_check((), {"runs": 3}, "t", defaults)
+    with pytest.raises(ValueError, match="tolerance_tensors must be an int >= 0"):
+        parse_leak_check((), {"tolerance_tensors": -1}, "t", defaults)

@@ -1,0 +1,265 @@
+"""torch_memory_leak and --torch-leak-check in real runs."""
+
+from __future__ import annotations
+
+import pytest
+
+TRAINING = """
+import pytest
+import torch
+import torch.nn.functional as F
+
+history = []
+activations = []
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+
+@pytest.fixture
+def batch():
+    return torch.randn(32, 8), torch.randn(32, 1)
+
+
+@pytest.fixture
+def adam(model):
+    return torch.optim.Adam(model.parameters(), lr=0.01)
+
+
+def train_step(model, optimizer, batch):
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.mse_loss(model(batch[0]), batch[1])
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+@pytest.mark.torch_memory_leak(iterations=5)
+def test_keeps_every_loss(model, adam, batch):
+    history.append(train_step(model, adam, batch))
+
+
+@pytest.mark.torch_memory_leak(iterations=3)
+def test_hook_keeps_activations(model, batch):
+    model[1].register_forward_hook(lambda module, args, out: activations.append(out))
+    with torch.no_grad():
+        model(batch[0])
+
+
+@pytest.mark.torch_memory_leak(iterations=5)
+def test_adam_training(model, adam, batch):
+    history.append(train_step(model, adam, batch).item())
+
+
+@pytest.mark.torch_memory_leak(5)
+def test_adam_with_scheduler(model, adam, batch):
+    scheduler = getattr(adam, "_test_scheduler", None)
+    if scheduler is None:
+        scheduler = adam._test_scheduler = torch.optim.lr_scheduler.StepLR(adam, 2, gamma=0.5)
+    train_step(model, adam, batch)
+    scheduler.step()
+
+
+@pytest.mark.torch_memory_leak(iterations=3)
+def test_compiled_forward(model, batch):
+    compiled = torch.compile(model, backend="eager")
+    with torch.no_grad():
+        compiled(batch[0])
+"""
+
+
+def test_leaks_are_found_and_named_and_clean_loops_pass(pytester, run):
+    pytester.makepyfile(test_training=TRAINING)
+    result = run()
+    result.assert_outcomes(passed=3, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_keeps_every_loss _*",
+            "memory leak: each of the 5 runs after the warm-up left more behind.",
+            "  live tensors after each run: * (+1 per run; tolerance 0)",
+            "What accumulates:",
+            "  7 tensors, 1 per run: shape ??, float32, cpu, grad_fn=MseLossBackward0 (+* per run)",
+            "    created at test_training.py:* in train_step(): `loss = F.mse_loss(*`",
+            "    held by list `history` in module `test_training`",
+            "    they hold an autograd graph (MseLossBackward0), which keeps every step's"
+            " activations alive: store loss.item() (a Python float) instead of loss",
+            "How it was checked: 1 warm-up run, then 5 runs of the test body with the same"
+            " fixtures*",
+        ]
+    )
+    # every run registers one more hook, but they all keep the same output tensor
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_hook_keeps_activations _*",
+            "memory leak: each of the 3 runs after the warm-up left more behind.",
+            "  5 tensors, 1 per run: shape ?32, 16?, float32, cpu (+2.0 KiB per run)",
+            "    created at test_training.py:* in test_hook_keeps_activations(): `model(batch?0?)`",
+            "    held by list `activations` in module `test_training`",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_tolerance_from_the_marker_and_from_the_ini(pytester, run):
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        kept = []
+
+        @pytest.mark.torch_memory_leak(iterations=3, tolerance_tensors=1, tolerance_bytes="1KiB")
+        def test_allowed():
+            kept.append(torch.ones(16))
+
+        @pytest.mark.torch_memory_leak(iterations=3)
+        def test_from_ini():
+            kept.append(torch.ones(16))
+        """
+    )
+    result = run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*(+1 per run; tolerance 0)"])
+    pytester.makeini(
+        "[pytest]\ntorch_leak_tolerance_tensors = 1\ntorch_leak_tolerance_bytes = 64KiB\n"
+    )
+    run().assert_outcomes(passed=2)
+
+
+def test_run_wide_switch_checks_every_test_with_the_same_fixtures(pytester, run):
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        made = []
+        kept = []
+
+        @pytest.fixture
+        def tensor():
+            made.append(1)
+            return torch.ones(4)
+
+        def test_clean(tensor):
+            (tensor * 2).sum()
+
+        def test_leaky(tensor):
+            kept.append(tensor * 2)
+
+        def test_fixture_made_once():
+            assert len(made) == 2  # one per test above, not one per run
+        """
+    )
+    run().assert_outcomes(passed=3)
+    result = run("--torch-leak-check", "--torch-leak-iterations=3")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*_ test_leaky _*", "memory leak: each of the 3 runs after the warm-up left more behind."]
+    )
+
+
+def test_a_strict_xfail_leak_shows_as_expected_failure(pytester, run):
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        kept = []
+
+        @pytest.mark.xfail(strict=True, reason="keeps every output")
+        @pytest.mark.torch_memory_leak
+        def test_known_leak():
+            kept.append(torch.ones(1))
+        """
+    )
+    result = run("-rx")
+    result.assert_outcomes(xfailed=1)
+
+
+def test_state_is_restored_after_a_leak_check_even_when_the_body_fails(pytester, run):
+    pytester.makepyfile(
+        """
+        import gc
+        import pytest
+        import torch
+
+        runs = []
+
+        @pytest.mark.torch_memory_leak(iterations=3)
+        def test_fails_in_third_run():
+            runs.append(1)
+            assert len(runs) < 3, "third run"
+
+        def test_after():
+            assert gc.get_freeze_count() == 0
+            assert not torch._C._autograd._profiler_enabled()
+        """
+    )
+    result = run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*AssertionError: third run*"])
+
+
+def test_leaks_are_checked_in_xdist_workers(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        kept = []
+
+        @pytest.mark.parametrize("n", [1, 2])
+        @pytest.mark.torch_memory_leak(iterations=3)
+        def test_keeps(n):
+            kept.append(torch.ones(n))
+
+        @pytest.mark.parametrize("n", [1, 2])
+        @pytest.mark.torch_memory_leak(iterations=3)
+        def test_clean(n):
+            torch.ones(n).sum()
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "torch_memory", "-p", "xdist", "-n", "2")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["*held by list `kept` in module `test_leaks_are_checked*`"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_leak_in_bytes_and_cuda_peak(pytester, run):
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        class Cache:
+            def __init__(self):
+                self.blocks = []
+
+        cache = Cache()
+
+        @pytest.mark.torch_memory_leak(iterations=3)
+        def test_cuda_leak():
+            cache.blocks.append(torch.empty(2**20, dtype=torch.uint8, device="cuda"))
+
+        @pytest.mark.torch_memory_leak(iterations=3)
+        def test_cuda_clean():
+            torch.ones(2**20, device="cuda").sum().item()
+
+        @pytest.mark.torch_max_memory(mb=16, device="cuda")
+        def test_cuda_over():
+            torch.empty(32 * 2**20, dtype=torch.uint8, device="cuda")
+        """
+    )
+    result = run()
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*bytes allocated on cuda:* after each run: * (+1.0 MiB per run; tolerance 0 B)",
+            "*held by list in attribute `blocks` of a `Cache` object*",
+            "peak memory on cuda:* was 32.0 MiB, over the torch_max_memory budget of 16 MiB*",
+        ]
+    )
