@@ -14,13 +14,15 @@ HERE = Path(__file__).resolve().parent
 EXPECTED = [
     # each line must appear in the output
     "Tensors are not close at output['net.0.bias']",
-    "4 failed",
+    "5 failed",
     "latency budget exceeded: median",
     "expected no host-device synchronisation, found 3 synchronising operations:",
     "boolean mask indexing [cpu] at failure_gallery/gallery_failures.py:",
     "This test ran with seed",
     "NaN/Inf disagreements (1):",
     "1 of 6 compared tensors differ.",
+    "peak memory on cpu was",
+    "largest blocks alive at the peak:",
 ]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from models import MLPRegressor
+from models import MLPRegressor, TinyCNN
 
 from pytest_torch import assert_close, assert_no_host_sync
 
@@ -44,3 +44,9 @@ def confident_predictions(logits):
 
 def test_postprocessing_waits_for_the_device(make_tensor):
     assert_no_host_sync(confident_predictions, make_tensor(16, 10))
+
+
+@pytest.mark.torch_max_memory(mb=4)
+def test_a_big_batch_over_its_memory_budget(make_tensor):
+    model = TinyCNN()
+    model(make_tensor(256, 1, 28, 28))  # with autograd on, every activation is kept

@@ -10,7 +10,7 @@ import torch
 
 from pytest_torch.core import cpu_memory
 from pytest_torch.core.cpu_memory import CpuAllocation
-from pytest_torch.core.memory import PeakMemory, PeakTracker, cpu_peak, format_bytes
+from pytest_torch.core.memory import Block, PeakMemory, PeakTracker, cpu_peak, format_bytes
 
 MIB = 2**20
 
@@ -38,6 +38,9 @@ def test_tensors_alive_at_the_start_count_towards_the_peak():
     assert peak.at_start >= 4 * MIB
     assert peak.peak - peak.at_start == pytest.approx(2 * MIB, rel=0.01)
     (block, *_) = peak.largest
+    assert block.tensor is None and not block.freed  # named on demand only
+    tracker.name_blocks()
+    (block, *_) = tracker.results["cpu"].largest
     assert block.tensor == "tensor [2097152] uint8" and not block.freed
     del kept, extra
 
@@ -103,10 +106,7 @@ def test_peak_from_made_up_events():
         1000,
         1150,
         1080,
-        (
-            peak.largest[0]._replace(size=100, allocated_at_ms=0.0, tensor=None, freed=True),
-            peak.largest[1]._replace(size=50, allocated_at_ms=1.0, tensor="tensor [50] uint8"),
-        ),
+        (Block(100, 0.0, None, True, 1), Block(50, 1.0, "tensor [50] uint8", False, 2)),
     )
     assert not peak.largest[1].freed
     assert peak.added == 150

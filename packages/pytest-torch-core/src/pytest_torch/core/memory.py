@@ -35,9 +35,10 @@ class Block(NamedTuple):
     size: int
     #: milliseconds after the window opened when it was allocated
     allocated_at_ms: float
-    #: "tensor [64, 1024] float32" when a live tensor still uses it at the end, else None
+    #: "tensor [64, 1024] float32" when a live tensor uses it (see PeakTracker.name_blocks)
     tensor: str | None
     freed: bool
+    address: int = 0
 
 
 class PeakMemory(NamedTuple):
@@ -127,6 +128,7 @@ def cpu_peak(
             (event.time_ns - start_ns) / 1e6,
             None if event.ptr in freed_later else live_at_end.get(event.ptr),
             event.ptr in freed_later,
+            event.ptr,
         )
         for event in sorted(live.values(), key=lambda e: -e.size)[:LARGEST_BLOCKS]
     )
@@ -191,8 +193,7 @@ class PeakTracker:
         if self._cpu is not None:
             events = self._cpu.stop()
             self._cpu = None
-            live_at_end = live_tensor_bytes("cpu")[1] if events else {}
-            self.results["cpu"] = cpu_peak(events, self._cpu_start, live_at_end)
+            self.results["cpu"] = cpu_peak(events, self._cpu_start, {})
         for name, (device, at_start, was_initialized) in self._accelerators.items():
             if not was_initialized and not devices.is_initialized(device.type):
                 self.results[name] = PeakMemory(name, 0, 0, 0)  # never touched
@@ -205,6 +206,19 @@ class PeakTracker:
             self.results[name] = PeakMemory(name, at_start, stats.peak, stats.allocated)
         self._accelerators = {}
         return self.results
+
+    def name_blocks(self) -> None:
+        """Say which live tensor uses each of the largest blocks that is still allocated
+        (a scan of every object: done on demand, when a report needs it)."""
+        peak = self.results.get("cpu")
+        if peak is None or not any(not b.freed and b.tensor is None for b in peak.largest):
+            return
+        described = live_tensor_bytes("cpu")[1]
+        self.results["cpu"] = peak._replace(
+            largest=tuple(
+                b if b.freed else b._replace(tensor=described.get(b.address)) for b in peak.largest
+            )
+        )
 
     def __enter__(self) -> PeakTracker:
         self.start()

@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_torch.core import devices
 from pytest_torch.core.memory import PeakMemory, PeakTracker
-from pytest_torch.memory.budgets import MemoryBudget, MemoryBudgetError, budget_failure
+from pytest_torch.memory.budgets import (
+    MemoryBudget,
+    MemoryBudgetError,
+    budget_failure,
+    over_budget,
+)
 from pytest_torch.memory.leaks import LeakCheck, MemoryLeakError, check_for_leaks, parse_bytes
 
 if TYPE_CHECKING:
@@ -38,6 +43,8 @@ def assert_max_memory(
     chosen = [d for d in _all_devices() if budget.applies_to(d.type)]
     with PeakTracker(chosen) as tracker:
         fn(*args, **kwargs)
+    if any(over_budget(peak, budget) for peak in tracker.results.values()):
+        tracker.name_blocks()
     failure = budget_failure(tracker.results, budget, tracker.unmeasured)
     if failure is not None:
         raise MemoryBudgetError(failure)

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 MARKER = "torch_memory_leak"
 DEFAULT_ITERATIONS = 5
-#: groups named in a report
+#: groups named in a report, and groups looked into to choose them
 MAX_CULPRITS = 3
+MAX_CANDIDATES = 12
 
 
 class MemoryLeakError(AssertionError):
@@ -150,7 +151,7 @@ def culprits(censuses: Sequence[Census], verdict: Verdict) -> list[Culprit]:
             found.append(Culprit(key, count, per_run, sizes[-1], (sizes[-1] - sizes[0]) / runs))
     if found:
         found.sort(key=lambda c: (-c.per_run, -c.bytes_per_run, str(c.key)))
-        return found[:MAX_CULPRITS]
+        return found[:MAX_CANDIDATES]
     # no group grows steadily: the groups that are new or bigger since the previous run,
     # on the devices that leak bytes (a buffer replaced by a bigger one in each run)
     for key, count in last.counts.items():
@@ -161,7 +162,7 @@ def culprits(censuses: Sequence[Census], verdict: Verdict) -> list[Culprit]:
             found.append(Culprit(key, count, 0.0, size, 0.0))
     found.sort(key=lambda c: (-c.bytes, str(c.key)))
     del first
-    return found[:MAX_CULPRITS]
+    return found[:MAX_CANDIDATES]
 
 
 def _number(value: float) -> str:
@@ -189,6 +190,7 @@ def report(
     found: Sequence[Culprit],
     evidence: Mapping[GroupKey, Evidence],
     traced: str,
+    more: int = 0,
 ) -> str:
     """The failure message of a leak check."""
     runs = len(censuses) - 1
@@ -209,6 +211,7 @@ def report(
         )
     if found:
         lines.append("What accumulates:")
+    graph_holder = False  # a group named above keeps an autograd graph
     for culprit in found:
         lines.append(f"  {culprit.describe()}")
         found_evidence = evidence.get(culprit.key, Evidence(None, None))
@@ -216,7 +219,11 @@ def report(
             lines.append(f"    created at {found_evidence.site}")
         if found_evidence.holder:
             lines.append(f"    held by {found_evidence.holder}")
+        elif graph_holder:
+            lines.append("    no name holds them: the autograd graph of the tensors above does")
+            continue
         if culprit.key.grad_fn is not None:
+            graph_holder = graph_holder or found_evidence.holder is not None
             scalar = not culprit.key.shape
             keep = "loss.item() (a Python float)" if scalar else "tensor.detach()"
             lines.append(
@@ -224,6 +231,11 @@ def report(
                 f" step's activations alive: store {keep} instead of"
                 f" {'loss' if scalar else 'the tensor'}"
             )
+    if more:
+        lines.append(
+            f"  ... and {more} more group(s) growing with them: tensors kept alive through"
+            f" the ones above (for example by their autograd graph)"
+        )
     if not found:
         lines.append(
             "  No tensor that Python can see accumulates: the memory is held outside Python"
@@ -298,4 +310,8 @@ def check_for_leaks(
             holder = describe_holder(example, ignore=(examples,))
             evidence[culprit.key] = evidence[culprit.key]._replace(holder=holder)
     del examples
-    return report(censuses, verdict, check, found, evidence, traced)
+    # what a name holds is where the fix goes: such groups first (the loss kept in a
+    # list comes before the activations its graph keeps), in their order otherwise
+    ranked = sorted(found, key=lambda c: evidence[c.key].holder is None)
+    shown = ranked[:MAX_CULPRITS]
+    return report(censuses, verdict, check, shown, evidence, traced, len(ranked) - len(shown))

@@ -29,6 +29,7 @@ pytest_plugins = ["torch_core"]
 BUDGET_MARKER = "torch_max_memory"  # budgets.MARKER, without importing the engine
 LEAK_MARKER = "torch_memory_leak"  # leaks.MARKER
 _BENCHMARK_FIXTURE = "torch_benchmark_case"
+LEAK_PROPERTY = "torch_memory_leak_report"
 
 
 class MemorySettings:
@@ -43,6 +44,8 @@ class MemorySettings:
         self.report_all = report_all
         self.top = top
         self.records: list[PeakRecord] = []
+        #: (test id, leak report) of tests expected to fail (xfail) that leaked
+        self.known_leaks: list[tuple[str, str]] = []
 
 
 settings_key = pytest.StashKey[MemorySettings]()
@@ -170,6 +173,12 @@ class _PeakCollector:
         from pytest_torch.memory.report import PeakRecord
 
         self.settings.records += PeakRecord.from_properties(report.nodeid, report.user_properties)
+        if hasattr(report, "wasxfail"):  # a failure's report is shown by pytest already
+            self.settings.known_leaks += [
+                (report.nodeid, str(value))
+                for name, value in report.user_properties
+                if name == LEAK_PROPERTY
+            ]
 
 
 def _budget(node: pytest.Item | pytest.Metafunc) -> MemoryBudget | None:
@@ -224,7 +233,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     if not settings.report_all and item.get_closest_marker(BUDGET_MARKER) is None:
         return (yield)
     from pytest_torch.core.memory import PeakTracker
-    from pytest_torch.memory.budgets import budget_failure
+    from pytest_torch.memory.budgets import budget_failure, over_budget
     from pytest_torch.memory.report import PeakRecord
 
     budget = _budget(item)
@@ -247,7 +256,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
                 stacklevel=1,
             )
         unmeasured = {d: r for d, r in tracker.unmeasured.items() if budget.applies_to(d)}
-        failure = budget_failure(results, budget, unmeasured)
+        if any(over_budget(peak, budget) for peak in results.values()):
+            tracker.name_blocks()
+        failure = budget_failure(tracker.results, budget, unmeasured)
         if failure is not None:
             pytest.fail(failure, pytrace=False)
     return result
@@ -272,6 +283,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
 
         message = check_for_leaks(lambda: original(**kwargs), check, accelerators, root)
         if message is not None:
+            pyfuncitem.user_properties.append((LEAK_PROPERTY, message))
             pytest.fail(message, pytrace=False)
 
     pyfuncitem.obj = run_repeatedly
@@ -283,10 +295,17 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     settings = config.stash.get(settings_key, None)
-    if settings is None or not settings.records or settings.top == 0:
+    if settings is None:
         return
-    from pytest_torch.memory.report import render_table
+    if settings.known_leaks:
+        terminalreporter.write_sep("-", "torch memory: known leaks (tests marked xfail)")
+        for test, message in settings.known_leaks:
+            terminalreporter.write_line(f"{test}:")
+            for line in message.splitlines():
+                terminalreporter.write_line(f"  {line}")
+    if settings.records and settings.top:
+        from pytest_torch.memory.report import render_table
 
-    terminalreporter.write_sep("-", "torch memory: highest peaks")
-    for line in render_table(settings.records, settings.top):
-        terminalreporter.write_line(line)
+        terminalreporter.write_sep("-", "torch memory: highest peaks")
+        for line in render_table(settings.records, settings.top):
+            terminalreporter.write_line(line)

@@ -36,8 +36,8 @@ class PeakRecord(NamedTuple):
     ) -> list[tuple[str, object]]:
         properties: list[tuple[str, object]] = []
         for device, peak in sorted(results.items()):
-            properties.append((f"{PREFIX}{device}.peak_mib", round(peak.peak / MIB, 4)))
-            properties.append((f"{PREFIX}{device}.at_start_mib", round(peak.at_start / MIB, 4)))
+            properties.append((f"{PREFIX}{device}.peak_mib", round(peak.peak / MIB, 6)))
+            properties.append((f"{PREFIX}{device}.at_start_mib", round(peak.at_start / MIB, 6)))
             if budget is not None and budget.applies_to(device):
                 properties.append((f"{PREFIX}{device}.budget_mib", budget.mb))
         return properties
