@@ -161,6 +161,41 @@ def test_run_wide_switch_checks_every_test_with_the_same_fixtures(pytester, run)
     )
 
 
+def test_perf_tests_are_never_repeated(pytester):
+    pytest.importorskip("pytest_torch.perf", reason="needs pytest-torch-perf installed")
+    pytester.makepyfile(
+        test_timed="""
+        import torch
+
+        calls = []
+
+        def test_timed(latency):
+            calls.append(1)
+            latency(torch.nn.Linear(2, 2), torch.ones(1, 2))
+
+        def test_timed_once():
+            assert calls == [1]
+        """,
+        test_marked="""
+        import pytest
+
+        @pytest.mark.torch_memory_leak
+        def test_marked(latency):
+            pass
+        """,
+    )
+    args = ("-p", "torch_memory", "-p", "torch_perf", "--torch-perf-max-time=0.01")
+    pytester.runpytest(*args, "--torch-leak-check", "test_timed.py").assert_outcomes(passed=2)
+    result = pytester.runpytest(*args, "test_marked.py")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*::test_marked: @pytest.mark.torch_memory_leak repeats the test body, and a test using"
+            " latency measures performance, which must run once.*"
+        ]
+    )
+
+
 def test_a_strict_xfail_leak_shows_as_expected_failure(pytester, run):
     pytester.makepyfile(
         """

@@ -28,7 +28,8 @@ pytest_plugins = ["torch_core"]
 
 BUDGET_MARKER = "torch_max_memory"  # budgets.MARKER, without importing the engine
 LEAK_MARKER = "torch_memory_leak"  # leaks.MARKER
-_BENCHMARK_FIXTURE = "torch_benchmark_case"
+#: fixtures of the perf plugin: their tests time themselves, and must not run twice
+_PERF_FIXTURES = ("latency", "perf_baseline", "torch_benchmark_case")
 LEAK_PROPERTY = "torch_memory_leak_report"
 
 
@@ -210,6 +211,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         _leak_check(metafunc, metafunc.config.stash[settings_key])
     except ValueError as exc:
         raise pytest.Collector.CollectError(str(exc)) from None
+    timed = [name for name in _PERF_FIXTURES if name in metafunc.fixturenames]
+    if LEAK_MARKER in names and timed:
+        raise pytest.Collector.CollectError(
+            f"{metafunc.definition.nodeid}: @pytest.mark.{LEAK_MARKER} repeats the test"
+            f" body, and a test using {timed[0]} measures performance, which must run"
+            f" once. Check the model's step for leaks in a test of its own."
+        )
 
 
 def _devices(item: pytest.Item, budget: MemoryBudget | None) -> list[torch.device]:
@@ -270,8 +278,10 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
     if not settings.leak_all and pyfuncitem.get_closest_marker(LEAK_MARKER) is None:
         return (yield)
     original = pyfuncitem.obj
-    if _BENCHMARK_FIXTURE in pyfuncitem.funcargs or inspect.iscoroutinefunction(original):
-        return (yield)  # benchmark cases time themselves; async bodies run elsewhere
+    if any(name in pyfuncitem.fixturenames for name in _PERF_FIXTURES):
+        return (yield)  # perf tests time themselves once (only reached by --torch-leak-check)
+    if inspect.iscoroutinefunction(original):
+        return (yield)  # async bodies are run by their own plugin
     check = _leak_check(pyfuncitem, settings)
     assert check is not None
     accelerators = [d for d in _devices(pyfuncitem, None) if d.type != "cpu"]
