@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     )
     from pytest_torch.core.fingerprint import HardwareFingerprint, hardware_fingerprint
     from pytest_torch.core.memory import PeakMemory, PeakTracker
+    from pytest_torch.determinism.assertion import NondeterminismError, assert_deterministic
+    from pytest_torch.determinism.diagnosis import Diagnosis, diagnose_nondeterminism
     from pytest_torch.memory.api import assert_max_memory, assert_no_memory_leak
     from pytest_torch.memory.budgets import MemoryBudgetError
     from pytest_torch.memory.leaks import MemoryLeakError
@@ -47,23 +49,31 @@ _EXPORTS: dict[str, str] = {
     "MemoryLeakError": "pytest_torch.memory.leaks",
     "assert_max_memory": "pytest_torch.memory.api",
     "assert_no_memory_leak": "pytest_torch.memory.api",
+    "Diagnosis": "pytest_torch.determinism.diagnosis",
+    "NondeterminismError": "pytest_torch.determinism.assertion",
+    "assert_deterministic": "pytest_torch.determinism.assertion",
+    "diagnose_nondeterminism": "pytest_torch.determinism.diagnosis",
 }
 
 __all__ = [
+    "Diagnosis",
     "HardwareFingerprint",
     "LatencyResult",
     "MemoryBudgetError",
     "MemoryLeakError",
     "Mismatch",
+    "NondeterminismError",
     "PeakMemory",
     "PeakTracker",
     "PerfRegressionError",
     "TensorMismatchError",
     "assert_close",
+    "assert_deterministic",
     "assert_max_memory",
     "assert_no_host_sync",
     "assert_no_memory_leak",
     "benchmark_suite",
+    "diagnose_nondeterminism",
     "find_host_syncs",
     "hardware_fingerprint",
     "measure_latency",

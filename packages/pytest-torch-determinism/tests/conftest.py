@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import time
+
+import numpy  # noqa: F401
+import pytest
+import torch
+
+# torch and numpy are imported here, once: in-process pytester runs drop the modules a
+# run imported, and these two cannot be imported twice in one process.
+
+# CPU kernels of torch are deterministic, so the kernel-level cases are two custom ops
+# that behave like CUDA's atomics-based ones. Registered once per process, here.
+
+
+@torch.library.custom_op("pytest_torch_tests::racy_sum", mutates_args=())
+def racy_sum(values: torch.Tensor, index: torch.Tensor, bins: int) -> torch.Tensor:
+    """Sums values into bins in an arbitrary order (so float rounding varies), unless
+    deterministic algorithms are on: then in index order."""
+    order = torch.arange(values.numel())
+    if not torch.are_deterministic_algorithms_enabled():
+        order = torch.randperm(
+            values.numel(), generator=torch.Generator().manual_seed(time.perf_counter_ns())
+        )
+    return torch.zeros(bins, dtype=values.dtype).index_add_(0, index[order], values[order])
+
+
+@torch.library.custom_op("pytest_torch_tests::fast_scatter", mutates_args=())
+def fast_scatter(values: torch.Tensor, index: torch.Tensor, bins: int) -> torch.Tensor:
+    """Like racy_sum, but with no deterministic implementation: refuses deterministic
+    mode the way torch's own ops do."""
+    if torch.are_deterministic_algorithms_enabled():
+        raise RuntimeError(
+            "fast_scatter_cpu does not have a deterministic implementation, but you set"
+            " 'torch.use_deterministic_algorithms(True)'."
+        )
+    return racy_sum(values, index, bins)
+
+
+@pytest.fixture
+def run(pytester: pytest.Pytester):
+    """Run pytest in-process on the pytester directory with the determinism plugin
+    enabled explicitly (it brings core), so tests behave the same with autoload on or off."""
+
+    def _run(*args: str) -> pytest.RunResult:
+        return pytester.runpytest("-p", "torch_determinism", *args)
+
+    return _run

@@ -1,0 +1,94 @@
+"""assert_deterministic on real models and training steps."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pytest_torch.determinism import NondeterminismError, assert_deterministic
+from pytest_torch.determinism import flags as determinism_flags
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+
+def test_a_deterministic_model_passes_and_returns_the_first_output():
+    model, x = _mlp(), torch.randn(4, 8)
+    output = assert_deterministic(model, x, runs=3)
+    assert torch.equal(output, model(x))
+
+
+def test_a_whole_training_step_on_fresh_copies_is_compared_with_its_gradients():
+    model, x, y = _mlp(), torch.randn(4, 8), torch.randn(4, 2)
+
+    def step():
+        fresh = copy.deepcopy(model)
+        optimizer = torch.optim.SGD(fresh.parameters(), lr=0.1)
+        loss = F.mse_loss(fresh(x), y)
+        loss.backward()
+        grads = {name: p.grad for name, p in fresh.named_parameters()}
+        optimizer.step()
+        return {"loss": loss.item(), "grads": grads, "params": dict(fresh.named_parameters())}
+
+    assert_deterministic(step)
+
+
+def test_a_failure_names_the_output_the_run_and_the_next_step():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5)).train()
+
+    def forward(x):
+        return {"logits": model(x), "tag": "same"}
+
+    with pytest.raises(NondeterminismError) as info:
+        assert_deterministic(forward, torch.randn(4, 8))
+    message = str(info.value)
+    assert message.startswith(
+        "not deterministic: run 2 of 5 differs from run 1 (same inputs, compared bitwise):"
+    )
+    assert "\n  output['logits']: " in message and " of 32 elements differ (max abs" in message
+    assert "diagnose_nondeterminism(model, *inputs)" in message
+
+
+def test_tolerances_accept_small_differences():
+    noise = iter([0.0, 1e-3, -1e-3])
+    assert_deterministic(lambda: torch.ones(3) + next(noise), runs=3, atol=1e-2)
+    noise = iter([0.0, 1e-3])
+    with pytest.raises(NondeterminismError, match=r"compared with atol=0\.0001, rtol=0"):
+        assert_deterministic(lambda: torch.ones(3) + next(noise), runs=2, atol=1e-4)
+
+
+class NoisyNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(4)  # updates its running statistics when called
+
+    def forward(self, x):
+        return self.norm(x) + torch.rand(1)
+
+
+def test_global_state_and_the_model_are_as_before():
+    model = NoisyNorm().train()
+    x = torch.randn(8, 4)
+    before = copy.deepcopy(model.state_dict())
+    rng = torch.get_rng_state()
+    switches = determinism_flags.current()
+    with pytest.raises(NondeterminismError):
+        assert_deterministic(model, x)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert determinism_flags.current() == switches
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"runs": 1}, "runs >= 2"), ({"atol": -1}, "atol must be a number >= 0")],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        assert_deterministic(lambda: 1, **kwargs)
