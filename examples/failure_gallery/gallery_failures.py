@@ -9,7 +9,12 @@ import pytest
 import torch
 from models import MLPRegressor, TinyCNN
 
-from pytest_torch import assert_close, assert_no_host_sync
+from pytest_torch import (
+    assert_close,
+    assert_deterministic,
+    assert_no_host_sync,
+    diagnose_nondeterminism,
+)
 
 
 def test_quantised_weights_drift(torch_device):
@@ -50,3 +55,12 @@ def test_postprocessing_waits_for_the_device(make_tensor):
 def test_a_big_batch_over_its_memory_budget(make_tensor):
     model = TinyCNN()
     model(make_tensor(256, 1, 28, 28))  # with autograd on, every activation is kept
+
+
+def test_training_mode_predictions_are_not_reproducible(make_tensor):
+    assert_deterministic(TinyCNN().train(), make_tensor(8, 1, 28, 28))
+
+
+def test_why_training_mode_is_not_reproducible(make_tensor):
+    diagnosis = diagnose_nondeterminism(TinyCNN().train(), make_tensor(8, 1, 28, 28))
+    assert diagnosis.deterministic, str(diagnosis)

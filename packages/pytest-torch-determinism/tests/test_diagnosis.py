@@ -64,7 +64,11 @@ def test_deterministic(x):
     assert result.category == "Deterministic" and result.deterministic
     assert result.verdict == "Deterministic: 5 runs gave bitwise identical outputs."
     assert result.first_divergence is None
-    assert [t.outcome for t in result.trials] == ["identical"]
+    assert [(t.name, t.runs, t.outcome) for t in result.trials] == [
+        ("as called", 5, "identical"),
+        ("deterministic algorithms, uninitialised memory not filled", 1, "identical"),
+        ("deterministic algorithms, uninitialised memory filled", 1, "identical"),
+    ]
 
 
 def test_randomness_driven_names_dropout(x):

@@ -295,12 +295,10 @@ def _reads_uninitialised(subject: _Subject, trials: list[Trial], reference: Tria
         )
         for fill in (False, True)  # without the fill first (see _diagnose)
     ]
-    if any(p.outcome == "raised" for p in probes) or not _fill_matters(
-        probes[0], probes[1], reference
-    ):
+    trials += probes  # facts either way
+    if any(p.outcome == "raised" for p in probes):
         return False
-    trials += probes
-    return True
+    return _fill_matters(probes[0], probes[1], reference)
 
 
 def _when_identical(subject: _Subject, trials: list[Trial]) -> Diagnosis:
