@@ -10,10 +10,12 @@ import torch
 # run imported, and these two cannot be imported twice in one process.
 
 # CPU kernels of torch are deterministic, so the kernel-level cases are two custom ops
-# that behave like CUDA's atomics-based ones. Registered once per process, here.
+# that behave like CUDA's atomics-based ones. Registered once per process, here, with
+# their schema spelled out (torch 2.4 cannot read postponed annotations).
+SCHEMA = "(Tensor values, Tensor index, int bins) -> Tensor"
 
 
-@torch.library.custom_op("pytest_torch_tests::racy_sum", mutates_args=())
+@torch.library.custom_op("pytest_torch_tests::racy_sum", mutates_args=(), schema=SCHEMA)
 def racy_sum(values: torch.Tensor, index: torch.Tensor, bins: int) -> torch.Tensor:
     """Sums values into bins in an arbitrary order (so float rounding varies), unless
     deterministic algorithms are on: then in index order."""
@@ -25,7 +27,7 @@ def racy_sum(values: torch.Tensor, index: torch.Tensor, bins: int) -> torch.Tens
     return torch.zeros(bins, dtype=values.dtype).index_add_(0, index[order], values[order])
 
 
-@torch.library.custom_op("pytest_torch_tests::fast_scatter", mutates_args=())
+@torch.library.custom_op("pytest_torch_tests::fast_scatter", mutates_args=(), schema=SCHEMA)
 def fast_scatter(values: torch.Tensor, index: torch.Tensor, bins: int) -> torch.Tensor:
     """Like racy_sum, but with no deterministic implementation: refuses deterministic
     mode the way torch's own ops do."""
