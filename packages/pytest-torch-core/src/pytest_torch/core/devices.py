@@ -159,6 +159,27 @@ def synchronize(device: torch.device | str) -> None:
         module.synchronize(dev)
 
 
+def set_current_device(device: torch.device | str) -> None:
+    """Make ``device`` (e.g. ``cuda:1``) the current one of its type in this process, so
+    work on a bare ``"cuda"`` goes there. No-op for cpu and mps."""
+    dev = as_device(device)
+    module = backend_module(dev.type)
+    setter = getattr(module, "set_device", None)
+    if dev.type in ("cpu", "mps") or dev.index is None or not callable(setter):
+        return
+    setter(dev.index)
+
+
+def set_memory_fraction(device: torch.device | str, fraction: float) -> None:
+    """Cap this process's allocations on ``device`` at ``fraction`` of its memory."""
+    dev = as_device(device)
+    module = backend_module(dev.type)
+    setter = getattr(module, "set_per_process_memory_fraction", None)
+    if not callable(setter):
+        raise DeviceSpecError(f"{dev.type} has no per-process memory fraction in this torch")
+    setter(fraction, dev.index if dev.index is not None else 0)
+
+
 def device_name(device: torch.device | str) -> str:
     """A readable hardware name: the CPU model, or the accelerator's product name."""
     dev = as_device(device)

@@ -1,0 +1,5 @@
+"""pytest-torch-xdist: GPUs and CPU cores shared fairly by pytest-xdist workers.
+
+The plugin works through options and markers; its engines are :mod:`.threads`,
+:mod:`.gpus` and :mod:`.locks`. Nothing here imports torch.
+"""

@@ -1,0 +1,151 @@
+"""CPU thread shares: how many threads each test process should give torch.
+
+Without a plan, every xdist worker starts one intra-op thread per core, and N workers
+on N cores run N² threads that mostly wait for each other. The plan gives each worker
+its share of the cores this process may use (its CPU affinity, not the machine's
+count). Nothing here imports torch: the environment is set before torch is imported,
+and torch's setters are called only when torch is already loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import NamedTuple
+
+#: variables that size the thread pools of OpenMP and MKL (and so torch's default)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class ThreadSettingError(ValueError):
+    """A --torch-num-threads value that is not auto, none or a positive count."""
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its affinity where the OS reports one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if callable(affinity):
+        try:
+            return max(1, len(affinity(0)))
+        except OSError:
+            pass
+    return max(1, os.cpu_count() or 1)
+
+
+def parse_setting(value: object, source: str) -> str | int:
+    """``"auto"``, ``"none"`` or a positive count."""
+    text = str(value).strip().lower()
+    if text in ("auto", "none"):
+        return text
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ThreadSettingError(
+            f"{source}: expected auto, none or a positive number of threads, got {value!r}."
+            f" Example: --torch-num-threads=auto"
+        )
+    return count
+
+
+class Plan(NamedTuple):
+    """The thread count one process will use, and why."""
+
+    #: threads for torch, or None to leave torch alone
+    threads: int | None
+    cores: int
+    #: a short reason shown in the header when threads is None
+    reason: str = ""
+
+    def describe(self) -> str:
+        if self.threads is None:
+            return self.reason
+        return f"{self.threads} of {self.cores} threads"
+
+
+def user_variables(environ: dict[str, str] | os._Environ[str]) -> list[str]:
+    return [name for name in THREAD_VARIABLES if environ.get(name)]
+
+
+def plan(
+    setting: str | int, workers: int, cores: int, environ: dict[str, str] | os._Environ[str]
+) -> Plan:
+    """What one of ``workers`` processes (0: no xdist) should use on ``cores`` cores."""
+    chosen = user_variables(environ)
+    if chosen:
+        values = ", ".join(f"{name}={environ[name]}" for name in chosen)
+        return Plan(None, cores, f"threads left to {values}")
+    if setting == "none":
+        return Plan(None, cores, "torch's default threads (--torch-num-threads=none)")
+    if isinstance(setting, int):
+        return Plan(setting, cores)
+    if workers <= 1:
+        return Plan(None, cores, "torch's default threads (no xdist workers)")
+    return Plan(max(1, cores // workers), cores)
+
+
+def oversubscription(setting: str | int, workers: int, cores: int) -> str | None:
+    """A warning when a fixed count gives the processes more threads than cores."""
+    if not isinstance(setting, int):
+        return None
+    processes = max(1, workers)
+    total = setting * processes
+    if total <= cores:
+        return None
+    who = f"{processes} workers x {setting} threads" if processes > 1 else f"{setting} threads"
+    return (
+        f"--torch-num-threads={setting}: {who} = {total} threads on {cores} available"
+        f" cores; oversubscribed threads wait for each other and can slow tests down by"
+        f" far more than they gain. Use --torch-num-threads=auto to share the cores."
+    )
+
+
+class Applied:
+    """What :func:`apply` changed, so :meth:`undo` can put it back."""
+
+    def __init__(self) -> None:
+        self.environ: dict[str, str | None] = {}
+        self.torch_threads: int | None = None
+        self.pending: int | None = None
+
+    def undo(self) -> None:
+        for name, value in self.environ.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self.environ = {}
+        torch = sys.modules.get("torch")
+        if torch is not None and self.torch_threads is not None:
+            torch.set_num_threads(self.torch_threads)
+        self.torch_threads = None
+        self.pending = None
+
+
+def apply(threads: int) -> Applied:
+    """Give this process ``threads`` threads: the environment now (for torch when it is
+    imported later, and for subprocesses), torch itself if it is already loaded."""
+    applied = Applied()
+    for name in THREAD_VARIABLES:
+        applied.environ[name] = os.environ.get(name)
+        os.environ[name] = str(threads)
+    applied.pending = threads
+    sync_torch(applied)
+    return applied
+
+
+def sync_torch(applied: Applied) -> None:
+    """Call torch's setters once torch is loaded (cheap to call before every test)."""
+    if applied.pending is None:
+        return
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "set_num_threads"):
+        return
+    threads, applied.pending = applied.pending, None
+    if torch.get_num_threads() != threads:
+        applied.torch_threads = torch.get_num_threads()
+        torch.set_num_threads(threads)
+    with contextlib.suppress(RuntimeError):  # possible only before the inter-op pool starts
+        torch.set_num_interop_threads(threads)

@@ -1,0 +1,374 @@
+"""The plugin in real runs: thread shares and GPU sharing across two xdist workers.
+
+xdist needs real processes, so these runs are subprocesses; GPUs are faked through the
+core device layer (see FAKE_GPUS) and tested for real by the GPU tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from pytest_torch.xdist.threads import available_cores
+
+#: a conftest for inner runs that makes the device layer report two CUDA GPUs of 16 GiB
+#: on this CPU machine and log what the plugin asks of them (one JSON line per call)
+FAKE_GPUS = """
+import json, os
+import pytest
+from pytest_torch.core import devices
+
+LOG = os.environ["FAKE_GPU_LOG"]
+
+
+def log(**entry):
+    entry["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(LOG, "a") as out:
+        out.write(json.dumps(entry) + "\\n")
+
+
+NAMES = ("is_available", "device_count", "total_memory", "set_current_device", "set_memory_fraction")
+_saved = {name: getattr(devices, name) for name in NAMES}
+_available, _count = devices.is_available, devices.device_count
+devices.is_available = lambda kind: kind == "cuda" or _available(kind)
+devices.device_count = lambda kind: 2 if kind == "cuda" else _count(kind)
+devices.total_memory = lambda device: 16 * 2**30
+devices.set_current_device = lambda device: log(call="set_current_device", device=str(device))
+devices.set_memory_fraction = lambda device, fraction: log(
+    call="set_memory_fraction", device=str(device), fraction=fraction
+)
+
+
+@pytest.hookimpl(trylast=True)  # after the plugin has lifted its memory cap
+def pytest_unconfigure(config):  # in-process runs share the module: put it back
+    for name, value in _saved.items():
+        setattr(devices, name, value)
+"""
+
+
+THREAD_REPORT = """
+import json, os, pytest, torch
+
+
+def report(name):
+    with open(os.environ["THREAD_LOG"], "a") as out:
+        out.write(json.dumps({
+            "test": name,
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            "threads": torch.get_num_threads(),
+            "omp": os.environ.get("OMP_NUM_THREADS"),
+        }) + "\\n")
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_share(i):
+    report(f"share{i}")
+
+
+@pytest.mark.torch_threads(1)
+def test_pinned():
+    report("pinned")
+"""
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def thread_suite(pytester, monkeypatch):
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    log = pytester.path / "threads.jsonl"
+    monkeypatch.setenv("THREAD_LOG", str(log))
+    pytester.makepyfile(test_threads=THREAD_REPORT)
+    return log
+
+
+def test_auto_gives_each_worker_its_share_and_the_marker_pins_one_test(thread_suite, run_workers):
+    result = run_workers()
+    result.assert_outcomes(passed=5)
+    share = max(1, available_cores() // 2)
+    result.stdout.fnmatch_lines(
+        [
+            f"torch xdist: 2 workers, {available_cores()} cores available",
+            f"  gw0: no GPU assigned, {share} of {available_cores()} threads",
+            f"  gw1: no GPU assigned, {share} of {available_cores()} threads",
+        ]
+    )
+    records = _lines(thread_suite)
+    shares = [r for r in records if r["test"].startswith("share")]
+    assert {r["worker"] for r in records} <= {"gw0", "gw1"}
+    assert all(r["threads"] == share and r["omp"] == str(share) for r in shares), records
+    (pinned,) = [r for r in records if r["test"] == "pinned"]
+    assert pinned["threads"] == 1
+
+
+def test_a_count_applies_with_and_without_workers(thread_suite, run_workers, pytester):
+    run_workers("--torch-num-threads=1").assert_outcomes(passed=5)
+    assert {r["threads"] for r in _lines(thread_suite)} == {1}
+    thread_suite.unlink()
+    result = pytester.runpytest_subprocess("-p", "torch_xdist", "--torch-num-threads=1")
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines([f"torch threads: 1 of {available_cores()} threads*"])
+    assert {r["threads"] for r in _lines(thread_suite)} == {1}
+
+
+def test_none_and_user_variables_leave_torch_alone(thread_suite, run_workers, monkeypatch):
+    result = run_workers("--torch-num-threads=none")
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(["  gw0: no GPU assigned, torch's default threads*"])
+    assert {r["omp"] for r in _lines(thread_suite) if r["test"] != "pinned"} == {None}
+    thread_suite.unlink()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    result = run_workers()
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(["  gw0: no GPU assigned, threads left to OMP_NUM_THREADS=1"])
+    assert {(r["omp"], r["threads"]) for r in _lines(thread_suite)} == {("1", 1)}
+
+
+def test_without_workers_the_plugin_is_silent_and_changes_nothing(thread_suite, run):
+    threads_before = torch.get_num_threads()
+    result = run("-p", "no:xdist")
+    result.assert_outcomes(passed=5)
+    result.stdout.no_fnmatch_line("torch xdist*")
+    result.stdout.no_fnmatch_line("torch threads*")
+    records = _lines(thread_suite)
+    assert {r["threads"] for r in records if r["test"] != "pinned"} == {threads_before}
+    assert torch.get_num_threads() == threads_before  # the pin was undone
+    assert "OMP_NUM_THREADS" not in os.environ
+
+
+GPU_SUITE = """
+import json, os, time
+import pytest
+
+
+def record(name, torch_device):
+    start = time.time()
+    time.sleep(0.3)
+    with open(os.environ["FAKE_GPU_LOG"], "a") as out:
+        out.write(json.dumps({
+            "test": name, "worker": os.environ["PYTEST_XDIST_WORKER"],
+            "device": str(torch_device), "start": start, "end": time.time(),
+        }) + "\\n")
+
+
+@pytest.mark.torch_devices("cuda")
+@pytest.mark.parametrize("i", range(6))
+def test_shared(i, torch_device):
+    record(f"shared{i}", torch_device)
+
+
+@pytest.mark.torch_gpu_exclusive
+@pytest.mark.torch_devices("cuda")
+@pytest.mark.parametrize("i", range(2))
+def test_exclusive(i, torch_device):
+    record(f"exclusive{i}", torch_device)
+
+
+def test_cpu_only():
+    pass
+"""
+
+
+@pytest.fixture
+def gpu_suite(pytester, monkeypatch):
+    log = pytester.path / "gpus.jsonl"
+    monkeypatch.setenv("FAKE_GPU_LOG", str(log))
+    pytester.makeconftest(FAKE_GPUS)
+    pytester.makepyfile(test_gpus=GPU_SUITE)
+    return log
+
+
+def test_workers_are_spread_over_gpus_with_identical_test_ids(gpu_suite, run_workers, pytester):
+    result = run_workers("--torch-xdist-gpus=0,1", "--torch-gpu-memory-fraction=auto", "-v")
+    result.assert_outcomes(passed=9)
+    result.stdout.fnmatch_lines(["  gw0: cuda:0, *", "  gw1: cuda:1, *"])
+    result.stdout.fnmatch_lines(["*PASSED test_gpus.py::test_shared?cuda-0?*"])
+    records = _lines(gpu_suite)
+    calls = {(r["worker"], r["call"], r["device"]) for r in records if "call" in r}
+    assert ("gw0", "set_current_device", "cuda:0") in calls
+    assert ("gw1", "set_current_device", "cuda:1") in calls
+    for worker in ("gw0", "gw1"):  # each worker alone on its GPU; the cap is lifted at exit
+        fractions = [
+            r["fraction"]
+            for r in records
+            if r.get("call") == "set_memory_fraction" and r["worker"] == worker
+        ]
+        assert fractions == [pytest.approx(15 / 16), 1.0]
+    tests = [r for r in records if "test" in r]
+    assert all(r["device"] == {"gw0": "cuda:0", "gw1": "cuda:1"}[r["worker"]] for r in tests)
+    # the same ids without xdist
+    plain = pytester.runpytest_subprocess(
+        "-p", "torch_xdist", "-p", "no:xdist", "--collect-only", "-q"
+    )
+    with_workers = pytester.runpytest_subprocess(
+        "-p", "xdist", "-p", "torch_xdist", "-n", "2", "--collect-only", "-q"
+    )
+    ids = sorted(line for line in plain.outlines if "::" in line)
+    assert ids and ids == sorted(line for line in with_workers.outlines if "::" in line)
+
+
+def test_an_exclusive_test_never_overlaps_another_test_on_its_gpu(gpu_suite, run_workers):
+    result = run_workers("--torch-xdist-gpus=0", "--torch-gpu-memory-fraction=0.4")
+    result.assert_outcomes(passed=9)
+    records = _lines(gpu_suite)
+    fractions = [r["fraction"] for r in records if r.get("call") == "set_memory_fraction"]
+    assert sorted(fractions) == [0.4, 0.4, 1.0, 1.0]
+    tests = [r for r in records if "test" in r]
+    assert {r["device"] for r in tests} == {"cuda:0"}
+    shared = [r for r in tests if r["test"].startswith("shared")]
+    for exclusive in (r for r in tests if r["test"].startswith("exclusive")):
+        for other in tests:
+            if other is exclusive:
+                continue
+            overlap = min(exclusive["end"], other["end"]) - max(exclusive["start"], other["start"])
+            assert overlap <= 0, (exclusive, other)
+    # ordinary GPU tests of the two workers did run side by side
+    assert any(
+        min(a["end"], b["end"]) > max(a["start"], b["start"])
+        for a in shared
+        for b in shared
+        if a["worker"] != b["worker"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--torch-xdist-gpus=0,5"], "GPU 5 not usable: this process sees 2 cuda device(s)"),
+        (["--torch-xdist-gpus=zero"], "expected auto or comma-separated GPU indices"),
+        (
+            ["--torch-gpu-memory-fraction=1.5"],
+            "expected auto or a fraction of GPU memory in (0, 1]",
+        ),
+        (["--torch-gpu-memory-fraction=most"], "expected auto or a fraction of GPU memory"),
+        (["--torch-num-threads=-1"], "expected auto, none or a positive number of threads"),
+    ],
+)
+def test_bad_input_is_a_usage_error(gpu_suite, run, args, message):
+    result = run(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
+
+
+def test_gpus_requested_on_a_machine_without_gpus(pytester, run):
+    result = run("--torch-xdist-gpus=auto")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*this machine has no CUDA or Intel XPU device*"])
+
+
+def test_oversubscription_is_warned_about(pytester, run):
+    pytester.makepyfile("def test_nothing(): pass")
+    result = run(f"--torch-num-threads={available_cores() + 1}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*oversubscribed threads wait for each other*"])
+
+
+def test_exclusive_marker_is_a_no_op_without_gpus(pytester, run_workers):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.torch_gpu_exclusive
+        @pytest.mark.parametrize("i", range(4))
+        def test_cpu(i):
+            pass
+        """
+    )
+    run_workers().assert_outcomes(passed=4)
+
+
+def test_markers_and_options_are_documented(pytester, run):
+    result = run("--markers")
+    result.stdout.fnmatch_lines(
+        ["@pytest.mark.torch_gpu_exclusive: *", "@pytest.mark.torch_threads(n): *"]
+    )
+    result = run("--help")
+    result.stdout.fnmatch_lines(
+        ["torch-xdist: GPUs and CPU cores shared by workers:", "*--torch-num-threads=N*"]
+    )
+
+
+def test_bad_thread_marker_is_a_collection_error(pytester, run):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.torch_threads(0)
+        def test_pinned():
+            pass
+        """
+    )
+    result = run()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*::test_pinned: @pytest.mark.torch_threads needs a positive*"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_two_workers_share_one_real_gpu(pytester, run_workers, monkeypatch):
+    log = pytester.path / "cuda.jsonl"
+    monkeypatch.setenv("CUDA_LOG", str(log))
+    pytester.makepyfile(
+        """
+        import json, os, time
+        import pytest
+        import torch
+
+        def record(name, device, **extra):
+            start = time.time()
+            x = torch.ones(1024, 1024, device=device)
+            for _ in range(50):
+                x = x @ x / 1024
+            torch.cuda.synchronize(device)
+            time.sleep(0.2)
+            with open(os.environ["CUDA_LOG"], "a") as out:
+                out.write(json.dumps({"test": name, "device": str(device),
+                    "current": torch.cuda.current_device(), "start": start,
+                    "end": time.time(), **extra}) + "\\n")
+
+        @pytest.mark.torch_devices("cuda")
+        @pytest.mark.parametrize("i", range(4))
+        def test_shared(i, torch_device):
+            record(f"shared{i}", torch_device)
+
+        @pytest.mark.torch_gpu_exclusive
+        @pytest.mark.torch_devices("cuda")
+        def test_exclusive(torch_device):
+            free, total = torch.cuda.mem_get_info(torch_device)
+            with pytest.raises(torch.OutOfMemoryError):  # over this worker's half
+                torch.empty(int(total * 0.6), dtype=torch.uint8, device=torch_device)
+            record("exclusive", torch_device)
+        """
+    )
+    result = run_workers("--torch-xdist-gpus=0", "--torch-gpu-memory-fraction=auto")
+    result.assert_outcomes(passed=5)
+    records = _lines(log)
+    assert {r["device"] for r in records} == {"cuda:0"}
+    (exclusive,) = [r for r in records if r["test"] == "exclusive"]
+    for other in records:
+        if other is not exclusive:
+            assert min(exclusive["end"], other["end"]) <= max(exclusive["start"], other["start"])
+
+
+def test_workers_of_a_torch_free_suite_never_import_torch(pytester, run_workers, monkeypatch):
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(
+        """
+        import os, sys
+
+        def test_no_torch():
+            assert "torch" not in sys.modules
+            assert os.environ["OMP_NUM_THREADS"]  # the share is set for when it comes
+
+        def test_no_torch_either():
+            assert "torch" not in sys.modules
+        """
+    )
+    run_workers().assert_outcomes(passed=2)
