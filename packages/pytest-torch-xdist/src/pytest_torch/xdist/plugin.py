@@ -204,7 +204,10 @@ def _configure_worker(config: pytest.Config, settings: XdistSettings) -> None:
             fraction = gpu_plans.auto_fraction(
                 devices.total_memory(settings.device), plan.sharing(index, settings.workers)
             )
-        devices.set_memory_fraction(settings.device, float(fraction))
+        try:
+            devices.set_memory_fraction(settings.device, float(fraction))
+        except devices.DeviceSpecError as exc:
+            raise pytest.UsageError(f"--torch-gpu-memory-fraction: {exc}") from None
         settings.fraction_device = settings.device
     lock_dir = config.workerinput.get(LOCK_DIR_KEY)  # type: ignore[attr-defined]
     if lock_dir:
