@@ -341,7 +341,7 @@ def test_two_workers_share_one_real_gpu(pytester, run_workers, monkeypatch):
         @pytest.mark.torch_devices("cuda")
         def test_exclusive(torch_device):
             free, total = torch.cuda.mem_get_info(torch_device)
-            with pytest.raises(torch.OutOfMemoryError):  # over this worker's half
+            with pytest.raises(torch.cuda.OutOfMemoryError):  # over this worker's half
                 torch.empty(int(total * 0.6), dtype=torch.uint8, device=torch_device)
             record("exclusive", torch_device)
         """
