@@ -51,7 +51,10 @@ def main() -> int:
         text=True,
     )
     print(result.stdout, result.stderr, sep="", flush=True)
-    missing = [line for line in EXPECTED if line not in result.stdout]
+    expected = list(EXPECTED)
+    if any(arg.startswith("--torch-failure-artifacts") for arg in sys.argv[1:]):
+        expected.append("failure artifacts (heatmaps, tensors): failure-artifacts/")
+    missing = [line for line in expected if line not in result.stdout]
     if result.returncode != 1 or missing:
         print(f"failure gallery: unexpected result (exit {result.returncode}); missing: {missing}")
         return 1

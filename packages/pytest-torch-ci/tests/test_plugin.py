@@ -1,0 +1,103 @@
+"""--torch-failure-artifacts in real runs, for both assert_close functions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+SUITE = """
+import torch
+import torch.testing
+
+from pytest_torch.core.compare import assert_close
+
+
+def test_ours():
+    expected = torch.zeros(4, 4)
+    actual = expected.clone()
+    actual[1, 2] = 1.0
+    assert_close({"logits": actual}, {"logits": expected})
+
+
+def test_torch_testing():
+    expected = {"a": torch.zeros(3), "b": [torch.ones(2, 2), torch.arange(6.0)]}
+    actual = {"a": torch.zeros(3), "b": [torch.ones(2, 2), torch.arange(6.0) * 2]}
+    torch.testing.assert_close(actual, expected)
+
+
+def test_passes():
+    torch.testing.assert_close(torch.ones(2), torch.ones(2))
+"""
+
+
+def test_artifacts_for_both_assert_close_functions(pytester, run):
+    pytester.makepyfile(test_suite=SUITE)
+    result = run("--torch-failure-artifacts=artifacts")
+    result.assert_outcomes(failed=2, passed=1)
+    folder = pytester.path / "artifacts"
+    ours = folder / "test_suite.py_test_ours"
+    assert sorted(p.name for p in ours.iterdir()) == ["1-output_logits.png", "1-output_logits.pt"]
+    saved = torch.load(ours / "1-output_logits.pt")
+    assert saved["path"] == "output['logits']"
+    assert saved["actual"][1, 2] == 1 and torch.equal(saved["expected"], torch.zeros(4, 4))
+    theirs = folder / "test_suite.py_test_torch_testing"
+    assert sorted(p.name for p in theirs.iterdir()) == ["1-output_b_1.png", "1-output_b_1.pt"]
+    saved = torch.load(theirs / "1-output_b_1.pt")
+    assert torch.equal(saved["actual"], torch.arange(6.0) * 2)
+    assert torch.equal(saved["expected"], torch.arange(6.0))
+    result.stdout.fnmatch_lines(
+        [
+            "E * failure artifacts (heatmaps, tensors):"
+            " artifacts/test_suite.py_test_ours/1-output_logits.png,"
+            " artifacts/test_suite.py_test_ours/1-output_logits.pt",
+            "E * failure artifacts (heatmaps, tensors):"
+            " artifacts/test_suite.py_test_torch_testing/1-output_b_1.png, *",
+        ]
+    )
+    assert not (folder / "test_suite.py_test_passes").exists()
+
+
+def test_nothing_is_written_without_the_option(pytester, run):
+    pytester.makepyfile(test_suite=SUITE)
+    run().assert_outcomes(failed=2, passed=1)
+    assert not (pytester.path / "artifacts").exists()
+    result = run()
+    result.stdout.no_fnmatch_line("*failure artifacts*")
+
+
+def test_ini_twin_and_shape_mismatches_keep_the_tensors(pytester, run):
+    pytester.makeini("[pytest]\ntorch_failure_artifacts = out\n")
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_shape():
+            torch.testing.assert_close(torch.zeros(2, 3), torch.zeros(3, 2))
+        """
+    )
+    result = run()
+    result.assert_outcomes(failed=1)
+    # torch reports a shape mismatch as a failed leaf too: the tensors are kept, no picture
+    folder = pytester.path / "out" / f"{pytester.path.name.removesuffix('0')}.py_test_shape"
+    assert sorted(p.name for p in folder.iterdir()) == ["1-output.pt"]
+
+
+def test_workers_write_artifacts_under_xdist(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        """
+        import pytest, torch
+
+        @pytest.mark.parametrize("i", range(4))
+        def test_fails(i):
+            torch.testing.assert_close(torch.full((3, 3), float(i)), torch.zeros(3, 3))
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "xdist", "-p", "torch_ci", "-n", "2", "--torch-failure-artifacts=arts"
+    )
+    result.assert_outcomes(failed=3, passed=1)
+    pictures = sorted(p.parent.name for p in (pytester.path / "arts").glob("*/*.png"))
+    assert pictures == [
+        f"test_workers_write_artifacts_under_xdist.py_test_fails_{i}" for i in (1, 2, 3)
+    ]
