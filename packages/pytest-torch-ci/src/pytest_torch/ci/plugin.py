@@ -4,10 +4,15 @@
 family's ``assert_close`` (through core's mismatch hook) or from
 ``torch.testing.assert_close`` — is saved as a heatmap PNG and a ``.pt`` file of both
 tensors, and the paths are appended to the test's error message.
+
+``--torch-github-annotations`` (on by itself under GitHub Actions): an error annotation
+per failed test at the end of the run, and a Markdown job summary when
+``$GITHUB_STEP_SUMMARY`` is set. Only the controller reports under xdist.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +57,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         " failing test under DIR/<test id>/, and name them in the error.",
     )
 
+    group.addoption(
+        "--torch-github-annotations",
+        dest="torch_github_annotations",
+        nargs="?",
+        const="on",
+        default=None,
+        metavar="on|off|auto",
+        help="GitHub Actions error annotations for failed tests and a job summary; auto"
+        " (the default) turns them on when GITHUB_ACTIONS=true. (ini: torch_github_annotations)",
+    )
+    parser.addini(
+        "torch_github_annotations",
+        "GitHub annotations: on, off or auto (command line: --torch-github-annotations)",
+        default="auto",
+    )
+
+
+_SWITCH = {"on": True, "true": True, "yes": True, "1": True}
+_SWITCH.update({"off": False, "false": False, "no": False, "0": False})
+
+
+def _annotations_enabled(config: pytest.Config) -> bool:
+    value = str(option_or_ini(config, "torch_github_annotations")).strip().lower()
+    if value == "auto":
+        return os.environ.get("GITHUB_ACTIONS") == "true"
+    if value not in _SWITCH:
+        raise pytest.UsageError(
+            f"--torch-github-annotations (ini torch_github_annotations): expected on, off or"
+            f" auto, got {value!r}"
+        )
+    return _SWITCH[value]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     value = option_or_ini(config, "torch_failure_artifacts")
@@ -61,6 +98,8 @@ def pytest_configure(config: pytest.Config) -> None:
         directory = Path(str(value))
         directory = directory if directory.is_absolute() else root / directory
     config.stash[settings_key] = CiSettings(directory, root)
+    if _annotations_enabled(config) and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_GitHubReporter(config), "torch_ci_github")
 
 
 def _save(item: pytest.Item, pairs: list[Any]) -> str | None:
@@ -105,3 +144,62 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
             if text is not None and error.args and isinstance(error.args[0], str):
                 error.args = (f"{error.args[0]}\n{text}", *error.args[1:])
         raise
+
+
+class _GitHubReporter:
+    """Collects failed reports (the controller's, under xdist) and reports them."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.failures: list[Any] = []
+        self.texts: list[str] = []
+        self.passed = 0
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        from pytest_torch.ci.annotations import failure
+
+        if report.failed and not hasattr(report, "wasxfail"):
+            self.failures.append(
+                failure(report, self.config.rootpath, self.config.invocation_params.dir)
+            )
+            self.texts.append(report.longreprtext)
+        elif report.passed and report.when == "call":
+            self.passed += 1
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from pytest_torch.ci.annotations import commands
+
+        for command in commands(self.failures):
+            terminalreporter.ensure_newline()  # GitHub reads commands at line starts only
+            terminalreporter.write_line(command)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        path = os.environ.get("GITHUB_STEP_SUMMARY")
+        if not path:
+            return
+        from pytest_torch.ci.annotations import artifact_paths, summary
+
+        text = summary(self.failures, self.passed, _tables(self.config), artifact_paths(self.texts))
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(text + "\n")
+
+
+def _tables(config: pytest.Config) -> dict[str, list[str]]:
+    """The end-of-run tables of the sibling plugins that ran."""
+    tables: dict[str, list[str]] = {}
+    if config.pluginmanager.hasplugin("torch_perf"):
+        from pytest_torch.perf.plugin import settings_key as perf_key
+        from pytest_torch.perf.records import render_table
+
+        perf = config.stash.get(perf_key, None)
+        if perf is not None and perf.records:
+            tables["Performance"] = render_table(perf.records)
+    if config.pluginmanager.hasplugin("torch_memory"):
+        from pytest_torch.memory.plugin import settings_key as memory_key
+        from pytest_torch.memory.report import render_table as memory_table
+
+        memory = config.stash.get(memory_key, None)
+        if memory is not None and memory.records:
+            tables["Peak memory"] = memory_table(memory.records, memory.top or 10)
+    return tables
