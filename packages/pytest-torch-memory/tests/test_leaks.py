@@ -10,14 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from pytest_torch.memory.census import Census, GroupKey
-from pytest_torch.memory.leaks import (
-    LeakCheck,
-    check_for_leaks,
-    culprits,
-    judge,
-    parse_bytes,
-    parse_leak_check,
-)
+from pytest_torch.memory.leak_settings import LeakCheck, parse_bytes, parse_leak_check
+from pytest_torch.memory.leaks import check_for_leaks, culprits, judge
 
 CHECK = LeakCheck(iterations=5)
 history: list = []

@@ -98,6 +98,8 @@ def pytest_configure(config: pytest.Config) -> None:
         directory = Path(str(value))
         directory = directory if directory.is_absolute() else root / directory
     config.stash[settings_key] = CiSettings(directory, root)
+    if directory is not None:
+        config.pluginmanager.register(_ArtifactsForTorchTesting(), "torch_ci_artifacts")
     if _annotations_enabled(config) and not hasattr(config, "workerinput"):
         config.pluginmanager.register(_GitHubReporter(config), "torch_ci_github")
 
@@ -130,8 +132,15 @@ def pytest_torch_tensor_mismatch(
         item.stash.setdefault(handled_key, set()).add(id(error))
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+class _ArtifactsForTorchTesting:
+    """Registered with --torch-failure-artifacts only: reads torch.testing's tensors."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        return (yield from _runtest_call(item))
+
+
+def _runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     try:
         return (yield)
     except AssertionError as error:

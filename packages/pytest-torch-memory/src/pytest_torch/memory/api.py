@@ -13,7 +13,8 @@ from pytest_torch.memory.budgets import (
     budget_failure,
     over_budget,
 )
-from pytest_torch.memory.leaks import LeakCheck, MemoryLeakError, check_for_leaks, parse_bytes
+from pytest_torch.memory.leak_settings import LeakCheck, parse_bytes
+from pytest_torch.memory.leaks import MemoryLeakError, check_for_leaks
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +64,7 @@ def assert_no_memory_leak(
     :class:`MemoryLeakError` naming what accumulates when every call leaves more live
     tensors (or bytes on a device) behind than the one before."""
     __tracebackhide__ = True
-    from pytest_torch.memory.leaks import parse_leak_check
+    from pytest_torch.memory.leak_settings import parse_leak_check
 
     check: LeakCheck = parse_leak_check(
         (),

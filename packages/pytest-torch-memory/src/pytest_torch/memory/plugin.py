@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import torch
 
     from pytest_torch.memory.budgets import MemoryBudget
-    from pytest_torch.memory.leaks import LeakCheck
+    from pytest_torch.memory.leak_settings import LeakCheck
     from pytest_torch.memory.report import PeakRecord
 
 pytest_plugins = ["torch_core"]
@@ -139,7 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
         " body once to warm up and then iterations more times; fail if every run leaves"
         " more live tensors or bytes behind.",
     )
-    from pytest_torch.memory.leaks import LeakCheck, parse_bytes
+    from pytest_torch.memory.leak_settings import LeakCheck, parse_bytes
 
     iterations = _int_option(config, "torch_leak_iterations", "--torch-leak-iterations", 2)
     tensors = _int_option(
@@ -160,6 +160,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[settings_key] = settings
     config.pluginmanager.register(_PeakCollector(settings), "torch_memory_results")
+    if settings.report_all or settings.leak_all:
+        _need_runner(config)
 
 
 class _PeakCollector:
@@ -193,7 +195,7 @@ def _budget(node: pytest.Item | pytest.Metafunc) -> MemoryBudget | None:
 
 
 def _leak_check(node: pytest.Item | pytest.Metafunc, settings: MemorySettings) -> LeakCheck | None:
-    from pytest_torch.memory.leaks import parse_leak_check
+    from pytest_torch.memory.leak_settings import parse_leak_check
 
     definition = node.definition if isinstance(node, pytest.Metafunc) else node
     marker = definition.get_closest_marker(LEAK_MARKER)
@@ -206,6 +208,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = {marker.name for marker in metafunc.definition.iter_markers()}
     if BUDGET_MARKER not in names and LEAK_MARKER not in names:
         return
+    _need_runner(metafunc.config)
     try:
         _budget(metafunc)
         _leak_check(metafunc, metafunc.config.stash[settings_key])
@@ -236,7 +239,7 @@ def _devices(item: pytest.Item, budget: MemoryBudget | None) -> list[torch.devic
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+def _runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     settings = item.config.stash[settings_key]
     if not settings.report_all and item.get_closest_marker(BUDGET_MARKER) is None:
         return (yield)
@@ -273,7 +276,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+def _pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
     settings = pyfuncitem.config.stash[settings_key]
     if not settings.leak_all and pyfuncitem.get_closest_marker(LEAK_MARKER) is None:
         return (yield)
@@ -301,6 +304,22 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
         return (yield)
     finally:
         pyfuncitem.obj = original
+
+
+RUNNER = "torch_memory_runner"
+
+
+class _Runner:
+    """The per-test hooks, registered only once a test needs them (a marker, or a
+    run-wide switch), so suites that never measure memory pay nothing per test."""
+
+    pytest_runtest_call = staticmethod(_runtest_call)
+    pytest_pyfunc_call = staticmethod(_pyfunc_call)
+
+
+def _need_runner(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin(RUNNER):
+        config.pluginmanager.register(_Runner(), RUNNER)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

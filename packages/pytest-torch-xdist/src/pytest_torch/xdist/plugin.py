@@ -139,6 +139,8 @@ def pytest_configure(config: pytest.Config) -> None:
         _configure_main(config, settings)
     else:
         _configure_worker(config, settings)
+    if settings.applied is not None or settings.lock is not None:
+        _need_runner(config)
 
 
 def _check_gpu_options(config: pytest.Config, settings: XdistSettings) -> None:
@@ -278,6 +280,7 @@ def pytest_torch_resolve_device(config: pytest.Config, device_type: str) -> str 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker(THREADS_MARKER)
     if marker is not None:
+        _need_runner(metafunc.config)
         try:
             _pinned_threads(marker, metafunc.definition.nodeid)
         except ValueError as exc:
@@ -303,7 +306,7 @@ def _pinned_threads(marker: pytest.Mark, where: str) -> int:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
+def _runtest_setup(item: pytest.Item) -> None:
     settings = item.config.stash[settings_key]
     if settings.applied is not None and settings.applied.pending is not None:
         from pytest_torch.xdist.threads import sync_torch
@@ -318,7 +321,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> None:
+def _runtest_teardown(item: pytest.Item) -> None:
     before = item.stash.get(threads_before_key, None)
     if before is not None:
         import torch
@@ -335,7 +338,7 @@ def _uses_gpu(item: pytest.Item, kind: str) -> bool:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+def _runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
     settings = item.config.stash[settings_key]
     lock, plan = settings.lock, settings.gpus
     if lock is None or plan is None or not _uses_gpu(item, plan.kind):
@@ -343,3 +346,20 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
     exclusive = item.get_closest_marker(EXCLUSIVE_MARKER) is not None
     with lock.exclusive() if exclusive else lock.shared():
         return (yield)
+
+
+RUNNER = "torch_xdist_runner"
+
+
+class _Runner:
+    """The per-test hooks, registered only where they have work (a thread share to hand
+    torch, a GPU lock, a torch_threads marker), so other runs pay nothing per test."""
+
+    pytest_runtest_setup = staticmethod(_runtest_setup)
+    pytest_runtest_teardown = staticmethod(_runtest_teardown)
+    pytest_runtest_protocol = staticmethod(_runtest_protocol)
+
+
+def _need_runner(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin(RUNNER):
+        config.pluginmanager.register(_Runner(), RUNNER)
