@@ -34,6 +34,9 @@ class CiSettings:
         self.root = root
 
 
+pictures_key = pytest.StashKey[list[Path]]()
+
+
 settings_key = pytest.StashKey[CiSettings]()
 handled_key = pytest.StashKey[set[int]]()
 
@@ -97,7 +100,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if value:
         directory = Path(str(value))
         directory = directory if directory.is_absolute() else root / directory
+    html = _html_report(config)
+    if directory is None and html is not None:  # the pictures go beside the report
+        directory = html.parent / f"{html.stem}-torch-failure-artifacts"
     config.stash[settings_key] = CiSettings(directory, root)
+    if html is not None:
+        config.pluginmanager.register(_HtmlReport(config), "torch_ci_html")
     if directory is not None:
         config.pluginmanager.register(_ArtifactsForTorchTesting(), "torch_ci_artifacts")
     if _annotations_enabled(config) and not hasattr(config, "workerinput"):
@@ -111,6 +119,7 @@ def _save(item: pytest.Item, pairs: list[Any]) -> str | None:
     from pytest_torch.ci import artifacts
 
     paths = artifacts.write(settings.artifacts, item.nodeid, pairs)
+    item.stash.setdefault(pictures_key, []).extend(p for p in paths if p.suffix == ".png")
     return artifacts.describe(paths, settings.root)
 
 
@@ -204,6 +213,10 @@ def _tables(config: pytest.Config) -> dict[str, list[str]]:
         perf = config.stash.get(perf_key, None)
         if perf is not None and perf.records:
             tables["Performance"] = render_table(perf.records)
+        if perf is not None and perf.benchmark_results:
+            from pytest_torch.perf.suite_report import render
+
+            tables["Benchmarks"] = render(perf.benchmark_results, perf.machine())
     if config.pluginmanager.hasplugin("torch_memory"):
         from pytest_torch.memory.plugin import settings_key as memory_key
         from pytest_torch.memory.report import render_table as memory_table
@@ -212,3 +225,52 @@ def _tables(config: pytest.Config) -> dict[str, list[str]]:
         if memory is not None and memory.records:
             tables["Peak memory"] = memory_table(memory.records, memory.top or 10)
     return tables
+
+
+def _html_report(config: pytest.Config) -> Path | None:
+    """The pytest-html report this run writes, if any."""
+    if not config.pluginmanager.hasplugin("html"):
+        return None
+    path = config.getoption("htmlpath", default=None)
+    if not path:
+        return None
+    report = Path(str(path)).expanduser()
+    return report if report.is_absolute() else config.invocation_params.dir / report
+
+
+class _HtmlReport:
+    """With pytest-html: heatmaps embedded in failing tests, the family's tables on top."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        pictures = item.stash.get(pictures_key, [])
+        if report.failed and pictures:
+            import base64
+
+            from pytest_html import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
+                extras as html_extras,
+            )
+
+            added = list(getattr(report, "extras", []))
+            for picture in pictures:
+                encoded = base64.b64encode(picture.read_bytes()).decode("ascii")
+                added.append(html_extras.png(encoded, picture.stem))
+            report.extras = added  # type: ignore[attr-defined]
+            item.stash[pictures_key] = []
+        return report
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_summary(
+        self, prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session
+    ) -> None:
+        import html
+
+        for title, table in _tables(self.config).items():
+            text = html.escape("\n".join(table))
+            prefix.append(f"<h2>pytest-torch: {html.escape(title)}</h2><pre>{text}</pre>")
