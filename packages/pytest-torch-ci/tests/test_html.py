@@ -24,7 +24,8 @@ def test_passes():
 
 def test_failing_tests_carry_their_heatmaps(pytester, run):
     pytester.makepyfile(test_suite=SUITE)
-    result = run("-p", "html", "--html=out/report.html", "--self-contained-html")
+    # pytest-html needs its pytest-metadata plugin too when autoload is off
+    result = run("-p", "metadata", "-p", "html", "--html=out/report.html", "--self-contained-html")
     result.assert_outcomes(failed=1, passed=1)
     page = (pytester.path / "out" / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 1
@@ -47,7 +48,7 @@ def test_the_peak_memory_table_is_in_the_report(pytester):
         """
     )
     pytester.runpytest(
-        "-p", "torch_ci", "-p", "torch_memory", "-p", "html", "--html=report.html",
+        "-p", "torch_ci", "-p", "torch_memory", "-p", "metadata", "-p", "html", "--html=report.html",
         "--self-contained-html",
     ).assert_outcomes(passed=1)  # fmt: skip
     page = (pytester.path / "report.html").read_text()
