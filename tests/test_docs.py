@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)

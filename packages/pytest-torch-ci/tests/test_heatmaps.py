@@ -8,6 +8,9 @@ import torch
 
 from pytest_torch.ci.heatmaps import compare, draw, panels, summarise
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 
 def _case(name: str) -> tuple[torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)

@@ -10,6 +10,9 @@ import torch
 from pytest_torch.core import Mismatch, TensorMismatchError, assert_close
 from pytest_torch.core.compare import StructureMismatchError, default_tolerances
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 
 def _mismatch(actual, expected, **kwargs) -> TensorMismatchError:
     with pytest.raises(TensorMismatchError) as info:

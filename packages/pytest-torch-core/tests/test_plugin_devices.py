@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 HAS_CUDA = torch.cuda.is_available()
 
 

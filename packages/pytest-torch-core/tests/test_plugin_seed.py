@@ -6,6 +6,9 @@ import re
 
 import pytest
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 SEED_FILE = """
     import random
 

@@ -10,6 +10,9 @@ import torch
 
 from pytest_torch.core import seeding
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 
 def test_derive_seed_is_stable_and_per_test():
     a = seeding.derive_seed(0, "tests/test_x.py::test_a")

@@ -7,6 +7,9 @@ import torch
 
 from pytest_torch.core.tensors import resolve_dtype, tensor_factory
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 
 def test_shapes_dtypes_and_defaults():
     make = tensor_factory("cpu")

@@ -11,6 +11,9 @@ import torch.nn.functional as F
 from pytest_torch.determinism import NondeterminismError, assert_deterministic
 from pytest_torch.determinism import flags as determinism_flags
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 
 def _mlp():
     torch.manual_seed(0)

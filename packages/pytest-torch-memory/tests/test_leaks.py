@@ -13,6 +13,9 @@ from pytest_torch.memory.census import Census, GroupKey
 from pytest_torch.memory.leak_settings import LeakCheck, parse_bytes, parse_leak_check
 from pytest_torch.memory.leaks import check_for_leaks, culprits, judge
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 CHECK = LeakCheck(iterations=5)
 history: list = []
 

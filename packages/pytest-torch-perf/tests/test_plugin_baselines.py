@@ -10,6 +10,9 @@ import json
 
 import pytest
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 SUITE = """
 import torch
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 MODEL = """
 import pytest
 import torch

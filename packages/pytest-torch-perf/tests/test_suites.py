@@ -10,6 +10,9 @@ import torch
 from pytest_torch.perf import suite_report, suites
 from pytest_torch.perf.suites import Case, CaseResult, CaseSkipped, SuiteSpec
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 
 def test_parse_spec_defaults_and_values():
     spec = suites.parse_spec({"batch_sizes": (1, 8)}, "t::x")

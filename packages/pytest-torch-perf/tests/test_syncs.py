@@ -13,6 +13,9 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from pytest_torch.perf import assert_no_host_sync, find_host_syncs
 from pytest_torch.perf.syncs import SYNC_OPERATIONS
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 
 def line_of(fn, text: str) -> int:
     lines, start = inspect.getsourcelines(fn)

@@ -13,6 +13,9 @@ from pytest_torch.core import devices
 from pytest_torch.xdist import gpus, threads
 from pytest_torch.xdist.locks import GpuLock
 
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
 
 def test_thread_plans():
     env: dict[str, str] = {}
@@ -51,15 +54,22 @@ def test_settings_and_oversubscription():
 def test_apply_sets_the_environment_and_torch_and_undo_restores(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("MKL_NUM_THREADS", "7")
+    # the inter-op pool size can be set once per process and never undone: on a worker
+    # that is what we want; here it would outlive the test, so record the call instead
+    interop: list[int] = []
+    monkeypatch.setattr(torch, "set_num_interop_threads", interop.append)
     before = torch.get_num_threads()
-    applied = threads.apply(1)
+    applied = threads.apply(1, interop=True)
     try:
         assert os.environ["OMP_NUM_THREADS"] == os.environ["MKL_NUM_THREADS"] == "1"
         assert torch.get_num_threads() == 1  # torch was loaded: set at once
+        assert interop == [1]
     finally:
         applied.undo()
     assert "OMP_NUM_THREADS" not in os.environ and os.environ["MKL_NUM_THREADS"] == "7"
     assert torch.get_num_threads() == before
+    threads.apply(2).undo()  # outside a worker the inter-op pool is left alone
+    assert interop == [1]
 
 
 @pytest.fixture

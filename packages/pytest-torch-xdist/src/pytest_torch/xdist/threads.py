@@ -105,7 +105,8 @@ def oversubscription(setting: str | int, workers: int, cores: int) -> str | None
 class Applied:
     """What :func:`apply` changed, so :meth:`undo` can put it back."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, interop: bool = False) -> None:
+        self.interop = interop
         self.environ: dict[str, str | None] = {}
         self.torch_threads: int | None = None
         self.pending: int | None = None
@@ -124,10 +125,15 @@ class Applied:
         self.pending = None
 
 
-def apply(threads: int) -> Applied:
+def apply(threads: int, *, interop: bool = False) -> Applied:
     """Give this process ``threads`` threads: the environment now (for torch when it is
-    imported later, and for subprocesses), torch itself if it is already loaded."""
-    applied = Applied()
+    imported later, and for subprocesses), torch itself if it is already loaded.
+
+    ``interop`` also sizes torch's inter-op pool, which a process can do once and never
+    undo: right for an xdist worker, which lives for one run; wrong for a process that
+    may run pytest again (an IDE, pytester), so off by default.
+    """
+    applied = Applied(interop=interop)
     for name in THREAD_VARIABLES:
         applied.environ[name] = os.environ.get(name)
         os.environ[name] = str(threads)
@@ -147,5 +153,6 @@ def sync_torch(applied: Applied) -> None:
     if torch.get_num_threads() != threads:
         applied.torch_threads = torch.get_num_threads()
         torch.set_num_threads(threads)
-    with contextlib.suppress(RuntimeError):  # possible only before the inter-op pool starts
-        torch.set_num_interop_threads(threads)
+    if applied.interop:
+        with contextlib.suppress(RuntimeError):  # possible only before the pool starts
+            torch.set_num_interop_threads(threads)

@@ -1,0 +1,131 @@
+"""The family's own suite: every test must leave torch's global state as it found it.
+
+An autouse guard snapshots the process-wide state the plugins touch (random-number
+generators, deterministic-algorithm flags, cuDNN and matmul settings, thread counts,
+sync-debug mode, grad and inference mode, default dtype and device, active torch modes,
+the profiler, garbage-collector freezes, environment variables) before each test and
+fails the test, also a failing one, when anything differs afterwards. Most tests run
+the plugins in-process through pytester, so a plugin that forgets to undo a change is
+caught by the test that exercised it.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+ENVIRONMENT = (
+    "CUBLAS_WORKSPACE_CONFIG",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "TORCH_SHOW_CPP_STACKTRACES",
+)
+ENVIRONMENT_PREFIXES = ("PYTEST_TORCH_", "TORCH_CI_")
+
+
+def _cuda_state() -> dict[str, Any]:
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return {}
+    return {
+        "torch.cuda.get_rng_state_all()": [s.tolist() for s in torch.cuda.get_rng_state_all()],
+        "torch.cuda.get_sync_debug_mode()": torch.cuda.get_sync_debug_mode(),
+        "torch.cuda.current_device()": torch.cuda.current_device(),
+    }
+
+
+def snapshot(*, python_rng: bool) -> dict[str, Any]:
+    """What a test must not change, by the expression that reads it."""
+    import numpy
+
+    state: dict[str, Any] = {
+        "torch.get_rng_state()": torch.get_rng_state().tolist(),
+        "torch.are_deterministic_algorithms_enabled()": (
+            torch.are_deterministic_algorithms_enabled()
+        ),
+        "torch.is_deterministic_algorithms_warn_only_enabled()": (
+            torch.is_deterministic_algorithms_warn_only_enabled()
+        ),
+        "torch.utils.deterministic.fill_uninitialized_memory": (
+            torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
+        ),
+        "torch.backends.cudnn.deterministic": torch.backends.cudnn.deterministic,
+        "torch.backends.cudnn.benchmark": torch.backends.cudnn.benchmark,
+        "torch.backends.cudnn.enabled": torch.backends.cudnn.enabled,
+        "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
+        "torch.get_num_threads()": torch.get_num_threads(),
+        "torch.get_num_interop_threads()": torch.get_num_interop_threads(),
+        "torch.is_grad_enabled()": torch.is_grad_enabled(),
+        "torch.is_inference_mode_enabled()": torch.is_inference_mode_enabled(),
+        "torch.is_anomaly_enabled()": torch.is_anomaly_enabled(),
+        "torch.get_default_dtype()": torch.get_default_dtype(),
+        "torch.get_default_device()": torch.get_default_device(),
+        "torch function modes": len(torch.overrides._get_current_function_mode_stack()),
+        "torch dispatch modes": len(_get_current_dispatch_mode_stack()),
+        "torch profiler enabled": torch.autograd.profiler._is_profiler_enabled,
+        "gc.isenabled()": gc.isenabled(),
+        "gc.get_freeze_count()": gc.get_freeze_count(),
+        **_cuda_state(),
+    }
+    if python_rng:
+        state["random.getstate()"] = random.getstate()
+        state["numpy.random.get_state()"] = repr(numpy.random.get_state())
+    for name, value in sorted(os.environ.items()):
+        if name in ENVIRONMENT or name.startswith(ENVIRONMENT_PREFIXES):
+            state[f"os.environ[{name!r}]"] = value
+    for name in ENVIRONMENT:
+        state.setdefault(f"os.environ[{name!r}]", None)
+    return state
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@pytest.fixture(autouse=True)
+def _global_state_guard(request: pytest.FixtureRequest) -> Generator[None, None, None]:
+    # pytest-randomly reseeds Python's and NumPy's generators itself around each test
+    python_rng = not request.config.pluginmanager.has_plugin("randomly")
+    before = snapshot(python_rng=python_rng)
+    yield
+    after = snapshot(python_rng=python_rng)
+    changed = [
+        f"  {key}: {_short(before.get(key))} -> {_short(after.get(key))}"
+        for key in sorted(before.keys() | after.keys())
+        if before.get(key) != after.get(key)
+    ]
+    if changed:
+        pytest.fail(
+            "the test left global state changed (the plugins must undo every global change;"
+            " a test that changes state on purpose must restore it):\n" + "\n".join(changed),
+            pytrace=False,
+        )
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """Inner runs keep their written order: the outer suite runs in random order
+    (pytest-randomly), but the expectations of an inner run are about one order."""
+    inline_run = pytester.inline_run
+    runpytest_subprocess = pytester.runpytest_subprocess
+
+    def ordered_inline_run(*args: Any, **kwargs: Any) -> Any:
+        return inline_run("-p", "no:randomly", *args, **kwargs)
+
+    def ordered_subprocess(*args: Any, **kwargs: Any) -> pytest.RunResult:
+        return runpytest_subprocess("-p", "no:randomly", *args, **kwargs)
+
+    pytester.inline_run = ordered_inline_run  # type: ignore[method-assign]
+    pytester.runpytest_subprocess = ordered_subprocess  # type: ignore[method-assign]
+    return pytester
