@@ -174,3 +174,26 @@ def test_cuda_latency_is_timed_with_events():
     # a 2048^3 matmul is far above a microsecond on any GPU: the timings include the kernel
     assert result.median > 1e-3
     assert result.first_call_ms > 0
+
+
+def test_sampling_runs_without_the_trace_function_and_restores_it():
+    """Under coverage or a debugger only the first call is traced; the samples are not."""
+    import sys
+
+    fake = FakeTime(steady(0.01, [0.001] * 3, 0.001))
+    traced = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "fn":
+            traced.append(1)
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        result = measure(fake.fn, timer=fake, clock=fake.clock, device="cpu", threads=2)
+        still_tracing = sys.gettrace() is tracer
+    finally:
+        sys.settrace(previous)
+    assert still_tracing
+    assert fake.calls > 10 and result.runs >= 5
+    assert traced == [1]  # the first call only

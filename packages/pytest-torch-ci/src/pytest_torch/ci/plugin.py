@@ -103,6 +103,15 @@ def pytest_configure(config: pytest.Config) -> None:
     html = _html_report(config)
     if directory is None and html is not None:  # the pictures go beside the report
         directory = html.parent / f"{html.stem}-torch-failure-artifacts"
+    if directory is not None:
+        from pytest_torch.core.paths import unwritable
+
+        problem = unwritable(directory, folder=True)
+        if problem is not None:
+            raise pytest.UsageError(
+                f"--torch-failure-artifacts (ini torch_failure_artifacts): cannot save failure"
+                f" artifacts in {directory}: {problem}. Choose a writable folder."
+            )
     config.stash[settings_key] = CiSettings(directory, root)
     if html is not None:
         config.pluginmanager.register(_HtmlReport(config), "torch_ci_html")
@@ -118,7 +127,11 @@ def _save(item: pytest.Item, pairs: list[Any]) -> str | None:
         return None
     from pytest_torch.ci import artifacts
 
-    paths = artifacts.write(settings.artifacts, item.nodeid, pairs)
+    try:
+        paths = artifacts.write(settings.artifacts, item.nodeid, pairs)
+    except OSError as exc:  # the folder went away or filled up during the run
+        where = exc.filename or settings.artifacts
+        return f"failure artifacts could not be saved ({where}: {exc.strerror or exc})"
     item.stash.setdefault(pictures_key, []).extend(p for p in paths if p.suffix == ".png")
     return artifacts.describe(paths, settings.root)
 

@@ -26,6 +26,7 @@ def resolve_dtype(dtype: Any) -> torch.dtype:
 
 
 def _shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    __tracebackhide__ = True
     if len(shape) == 1 and isinstance(shape[0], Sequence):
         shape = tuple(shape[0])
     if not all(isinstance(size, int) and size >= 0 for size in shape):
@@ -48,6 +49,7 @@ def tensor_factory(default_device: torch.device | str) -> Callable[..., torch.Te
         requires_grad: bool = False,
         **kwargs: Any,
     ) -> torch.Tensor:
+        __tracebackhide__ = True  # a bad shape or dtype is the caller's line, not ours
         import torch
 
         return torch.testing.make_tensor(

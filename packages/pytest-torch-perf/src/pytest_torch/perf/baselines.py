@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = 1
+#: how long a writer waits for another to finish before giving up with a message
+LOCK_TIMEOUT_S = 60
 
 
 class BaselineFileError(Exception):
@@ -165,22 +167,60 @@ class BaselineFile:
 
     def merge(self, updates: Mapping[str, Mapping[str, Baseline]]) -> None:
         """Add or replace entries, keeping every other one, under the file lock."""
-        from filelock import FileLock
+        from filelock import FileLock, Timeout
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.lock_path), timeout=60):
-            machines = self.read()
-            for machine, tests in updates.items():
-                machines.setdefault(machine, {}).update(tests)
-            document = {
-                "format": FORMAT,
-                "machines": {
-                    machine: {key: entry.to_json() for key, entry in tests.items()}
-                    for machine, tests in machines.items()
-                },
-            }
-            write_atomically(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
-            self._cached = machines
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S):
+                self._remove_stale_temp_files()
+                machines = self.read()
+                for machine, tests in updates.items():
+                    machines.setdefault(machine, {}).update(tests)
+                document = {
+                    "format": FORMAT,
+                    "machines": {
+                        machine: {key: entry.to_json() for key, entry in tests.items()}
+                        for machine, tests in machines.items()
+                    },
+                }
+                write_atomically(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+                self._cached = machines
+        except Timeout:
+            raise BaselineFileError(
+                f"could not record perf baselines in {self.path}: another process has held"
+                f" its lock file {self.lock_path} for {LOCK_TIMEOUT_S} s. Nothing was"
+                f" changed. If no other pytest is recording, delete the lock file and"
+                f" re-run with --torch-update-perf"
+            ) from None
+        except OSError as exc:
+            from pytest_torch.core.paths import unwritable
+
+            reason = unwritable(self.path) or f"{exc.filename or self.path}: {exc.strerror or exc}"
+            raise BaselineFileError(
+                f"could not record perf baselines in {self.path}: {reason}. Nothing was"
+                f" changed. Make the folder writable or point --torch-perf-baselines at a"
+                f" writable path, then re-run with"
+                f" --torch-update-perf"
+            ) from None
+
+    def _remove_stale_temp_files(self) -> None:
+        # temp files are written only under the lock, so any found now are from a
+        # writer that was killed mid-write
+        for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+
+    def check_writable(self) -> None:
+        """Refuse early, before any test runs, when the recordings could not be saved."""
+        from pytest_torch.core.paths import unwritable
+
+        problem = unwritable(self.path)
+        if problem is not None:
+            raise BaselineFileError(
+                f"--torch-update-perf would record into {self.path}, but {problem}. Nothing"
+                f" was run. Make it writable or point --torch-perf-baselines (ini"
+                f" torch_perf_baselines) at a writable file"
+            )
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -199,12 +199,13 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_torch.perf.baselines import BaselineFileError
 
         try:
-            settings.file().read()  # refuse early rather than lose the recordings
+            settings.file().check_writable()  # refuse early rather than lose recordings
+            settings.file().read()
         except BaselineFileError as exc:
             raise pytest.UsageError(str(exc)) from None
     settings.benchmark = bool(option_or_ini(config, "torch_benchmark"))
     settings.benchmark_json = _path_option(config, "torch_benchmark_json")
-    settings.benchmark_plot = _path_option(config, "torch_benchmark_plot")
+    settings.benchmark_plot = _path_option(config, "torch_benchmark_plot", folder=True)
     if settings.benchmark_plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise pytest.UsageError(
             "--torch-benchmark-plot draws with matplotlib, which is not installed:"
@@ -220,12 +221,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_ResultCollector(settings), "torch_perf_results")
 
 
-def _path_option(config: pytest.Config, ini: str) -> Path | None:
+def _path_option(config: pytest.Config, ini: str, *, folder: bool = False) -> Path | None:
+    from pytest_torch.core.paths import unwritable
+
     value = option_or_ini(config, ini)
     if not value:
         return None
     path = Path(str(value))
-    return path if path.is_absolute() else config.invocation_params.dir / path
+    path = path if path.is_absolute() else config.invocation_params.dir / path
+    problem = unwritable(path, folder=folder)
+    if problem is not None:
+        flag = "--" + ini.replace("_", "-")
+        raise pytest.UsageError(
+            f"{flag} (ini {ini}): cannot write {path}: {problem}. Choose a writable path."
+        )
+    return path
 
 
 class _ResultCollector:
@@ -618,7 +628,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         settings.file().merge(settings.pending)
     except BaselineFileError as exc:
         settings.pending.clear()
-        session.config.get_terminal_writer().line(f"ERROR: {exc}", red=True)
+        writer = session.config.get_terminal_writer()
+        writer.line()
+        writer.line(f"ERROR: {exc}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

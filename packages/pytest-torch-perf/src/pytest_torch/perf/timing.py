@@ -13,10 +13,12 @@ synchronizes only CUDA. The benchmarks compare the two side by side.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -153,6 +155,24 @@ def fmt_ms(value: float) -> str:
     return f"{value:.3g} ms"
 
 
+@contextlib.contextmanager
+def untraced() -> Iterator[None]:
+    """Pause this thread's trace and profile functions (coverage, debuggers, Python
+    profilers) while timing: under them every Python call costs several times more, and
+    timings would not compare with a budget or a baseline taken without them."""
+    trace, profile = sys.gettrace(), sys.getprofile()
+    if trace is None and profile is None:
+        yield
+        return
+    sys.settrace(None)
+    sys.setprofile(None)
+    try:
+        yield
+    finally:
+        sys.settrace(trace)
+        sys.setprofile(profile)
+
+
 def _timed(fn: Callable[[], object], timer: Timer, calls: int) -> float:
     timer.start()
     for _ in range(calls):
@@ -175,7 +195,20 @@ def measure(
     the measurement may take. Both are injected so tests can fake time.
     """
     settings = settings or SamplingSettings()
-    first = _timed(fn, timer, 1)
+    first = _timed(fn, timer, 1)  # traced, if a tracer is on: coverage still sees the code
+    with untraced():
+        return _sample(fn, timer, device, threads, settings, clock, first)
+
+
+def _sample(
+    fn: Callable[[], object],
+    timer: Timer,
+    device: str,
+    threads: int,
+    settings: SamplingSettings,
+    clock: Callable[[], float],
+    first: float,
+) -> LatencyResult:
 
     # Warm-up: until a call agrees with the median of the three before it (within 10 %).
     warm: list[float] = []

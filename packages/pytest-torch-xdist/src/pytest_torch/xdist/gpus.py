@@ -47,6 +47,14 @@ class GpuPlan(NamedTuple):
 def parse_gpus(value: object, source: str) -> GpuPlan:
     """A plan from ``auto`` or a comma list such as ``0,1``; checks the GPUs exist."""
     text = str(value).strip().lower()
+    indices: tuple[int, ...] | None = None
+    if text not in ("auto", "all", ""):
+        try:
+            indices = tuple(int(part) for part in text.split(","))
+        except ValueError:
+            raise GpuSettingError(
+                f"{source}: expected auto or comma-separated GPU indices such as 0,1, got {value!r}"
+            ) from None
     kind = gpu_type()
     if kind is None:
         raise GpuSettingError(
@@ -54,14 +62,8 @@ def parse_gpus(value: object, source: str) -> GpuPlan:
             f" run without {source.split()[0]} (tests needing a GPU are then skipped)."
         )
     count = devices.device_count(kind)
-    if text in ("auto", "all", ""):
+    if indices is None:
         return GpuPlan(kind, tuple(range(count)))
-    try:
-        indices = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise GpuSettingError(
-            f"{source}: expected auto or comma-separated GPU indices such as 0,1, got {value!r}"
-        ) from None
     missing = [i for i in indices if not 0 <= i < count]
     if missing or len(set(indices)) != len(indices):
         visible = VISIBILITY_VARIABLES[kind]

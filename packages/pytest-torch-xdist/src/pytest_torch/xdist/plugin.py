@@ -193,7 +193,7 @@ def _configure_worker(config: pytest.Config, settings: XdistSettings) -> None:
         settings.threads_setting, settings.workers, threads.available_cores(), os.environ
     )
     if settings.plan.threads is not None:
-        settings.applied = threads.apply(settings.plan.threads)
+        settings.applied = threads.apply(settings.plan.threads, interop=True)
     plan = settings.gpus
     if plan is None:
         return
@@ -278,6 +278,13 @@ def pytest_torch_resolve_device(config: pytest.Config, device_type: str) -> str 
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    exclusive = metafunc.definition.get_closest_marker(EXCLUSIVE_MARKER)
+    if exclusive is not None and (exclusive.args or exclusive.kwargs):
+        raise pytest.Collector.CollectError(
+            f"{metafunc.definition.nodeid}: @pytest.mark.{EXCLUSIVE_MARKER} takes no"
+            f" arguments (the test gets the whole GPU it runs on); got args"
+            f" {exclusive.args!r}, kwargs {exclusive.kwargs!r}"
+        )
     marker = metafunc.definition.get_closest_marker(THREADS_MARKER)
     if marker is not None:
         _need_runner(metafunc.config)

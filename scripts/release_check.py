@@ -1,0 +1,159 @@
+"""Build every package as a release would and install the wheels as users will.
+
+``python scripts/release_check.py [--keep DIR]``:
+
+1. ``python -m build`` makes the sdist and, from it, the wheel of every package;
+2. ``twine check`` validates their metadata and long descriptions;
+3. the wheels' contents are checked: one namespace ``__init__.py`` (the meta-package's),
+   ``py.typed`` in every package, the pytest entry points, the family version;
+4. three clean virtual environments install the wheels the three ways the README
+   promises (``pytest-torch``, ``"pytest-torch[perf]"``, ``pytest-torch-perf``) and
+   run the examples that apply to each.
+
+Third-party requirements come from the package index (torch pinned by
+constraints.txt); the family's own packages only from the freshly built wheels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = sorted(p for p in (REPO / "packages").iterdir() if (p / "pyproject.toml").exists())
+PLUGINS = ["core", "perf", "memory", "determinism", "xdist", "ci"]
+THIRD_PARTY = ["torch", "pytest>=8.1", "pytest-xdist>=3.5", "filelock>=3.12", "matplotlib>=3.5",
+               "py-cpuinfo>=9", "numpy"]  # fmt: skip
+ALL = {f"pytest-torch-{name}" for name in PLUGINS} | {"pytest-torch"}
+SCENARIOS = [
+    # (requirement, the family's distributions it must install, example files to run)
+    ("pytest-torch", ALL, ["tests"]),
+    ("pytest-torch[perf]", ALL, ["tests/test_performance.py", "tests/test_benchmarks.py"]),
+    (
+        "pytest-torch-perf",
+        {"pytest-torch-core", "pytest-torch-perf"},
+        ["tests/test_performance.py", "tests/test_benchmarks.py"],
+    ),
+]
+
+LIST_PLUGINS = (
+    "import importlib.metadata as m; print(sorted(e.name for e in"
+    " m.entry_points(group='pytest11') if e.name.startswith('torch_')))"
+)
+GENERATED_FILES = shutil.ignore_patterns(
+    "benchmark-results", "failure-artifacts", ".torch-perf-baselines.json*"
+)
+
+
+def step(title: str) -> None:
+    print(f"\n== {title}", flush=True)
+
+
+def run(*command: str | Path, cwd: Path | None = None) -> str:
+    result = subprocess.run([str(c) for c in command], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(
+            f"release check failed: {' '.join(map(str, command))} (exit {result.returncode})\n"
+            f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        )
+    return result.stdout
+
+
+def build(dist: Path) -> None:
+    step(f"python -m build: sdist and wheel of {len(PACKAGES)} packages")
+    for package in PACKAGES:
+        run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, package)
+    for path in sorted(dist.iterdir()):
+        print(f"  {path.name}")
+
+
+def check_contents(dist: Path, version: str) -> None:
+    step("wheel and sdist contents")
+    wheels = sorted(dist.glob("*.whl"))
+    sdists = sorted(dist.glob("*.tar.gz"))
+    assert len(wheels) == len(sdists) == len(PACKAGES), (wheels, sdists)
+    for wheel in wheels:
+        name = wheel.name.split("-")[0]
+        assert wheel.name.startswith(f"{name}-{version}-"), f"{wheel.name}: not version {version}"
+        files = zipfile.ZipFile(wheel).namelist()
+        dist_info = f"{name}-{version}.dist-info/"
+        entry_points = ""
+        if f"{dist_info}entry_points.txt" in files:
+            entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}entry_points.txt").decode()
+        if name == "pytest_torch":
+            code = sorted(f for f in files if not f.startswith(dist_info))
+            assert code == ["pytest_torch/__init__.py", "pytest_torch/py.typed"], code
+            assert "[pytest11]" not in entry_points
+        else:
+            short = name.removeprefix("pytest_torch_")
+            assert "pytest_torch/__init__.py" not in files, f"{wheel.name} ships the namespace"
+            assert f"pytest_torch/{short}/py.typed" in files, f"{wheel.name} lacks py.typed"
+            stray = [f for f in files if not f.startswith((f"pytest_torch/{short}/", dist_info))]
+            assert not stray, f"{wheel.name} ships files outside its package: {stray}"
+            expected = f"[pytest11]\ntorch_{short} = pytest_torch.{short}.plugin"
+            assert expected in entry_points, f"{wheel.name}: entry point {entry_points!r}"
+        print(f"  {wheel.name}: {len(files)} files, ok")
+    for sdist in sdists:
+        print(f"  {sdist.name}: ok")
+
+
+def install_and_run(dist: Path, work: Path) -> None:
+    for requirement, expected, examples in SCENARIOS:
+        step(f"clean environment: pip install {requirement!r}")
+        started = time.perf_counter()
+        venv = work / f"venv-{len(list(work.iterdir()))}"
+        run(sys.executable, "-m", "venv", venv)
+        python = venv / "bin" / "python"
+        run(python, "-m", "pip", "install", "-q", "-c", REPO / "constraints.txt", *THIRD_PARTY)
+        run(python, "-m", "pip", "install", "-q", "--no-index", "--find-links", dist, requirement)
+        listed = run(python, "-m", "pip", "list", "--format=freeze")
+        installed = {
+            line.split("==")[0].lower()
+            for line in listed.splitlines()
+            if line.lower().startswith("pytest-torch")
+        }
+        assert installed == expected, f"{requirement}: installed {sorted(installed)}"
+        plugins = run(python, "-c", LIST_PLUGINS)
+        print(f"  installed {sorted(installed)}; pytest plugins {plugins.strip()}")
+        suite = work / f"examples-{venv.name}"
+        shutil.copytree(REPO / "examples", suite, ignore=GENERATED_FILES)
+        pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        perf_examples = [e for e in examples if e in ("tests", "tests/test_performance.py")]
+        if perf_examples:
+            run(*pytest, "--torch-update-perf", "tests/test_performance.py", cwd=suite)
+        summary = run(*pytest, *examples, cwd=suite).strip().splitlines()[-1]
+        print(f"  examples {' '.join(examples)}: {summary.strip('= ')}")
+        print(f"  ({time.perf_counter() - started:.0f} s)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", type=Path, help="build into this folder and keep it")
+    options = parser.parse_args()
+    version = (REPO / "VERSION").read_text().strip()
+    work = Path(tempfile.mkdtemp(prefix="pytest-torch-release-"))
+    dist = options.keep or work / "dist"
+    dist.mkdir(parents=True, exist_ok=True)
+    try:
+        build(dist)
+        step("twine check")
+        checked = run(sys.executable, "-m", "twine", "check", "--strict", *dist.iterdir())
+        print("  " + checked.strip().replace("\n", "\n  "))
+        check_contents(dist, version)
+        envs = work / "envs"
+        envs.mkdir()
+        install_and_run(dist, envs)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\nrelease check passed: {len(PACKAGES)} packages at version {version}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The examples and a generated suite give the same outcomes in any test order and
+alongside the plugins users commonly have installed, without warnings from ours."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+OTHERS = {
+    "randomly": "pytest_randomly",
+    "cov": "pytest_cov",
+    "timeout": "pytest_timeout",
+    "rerunfailures": "pytest_rerunfailures",
+    "benchmark": "pytest_benchmark",
+}
+MISSING = [name for name, module in OTHERS.items() if importlib.util.find_spec(module) is None]
+WITHOUT_OTHERS = [arg for name in OTHERS for arg in ("-p", f"no:{name}")]
+
+GENERATED = """
+import pytest
+import torch
+
+from pytest_torch import assert_close, assert_deterministic
+
+
+@pytest.mark.parametrize("size", range(8))
+def test_close(make_tensor, size):
+    x = make_tensor(size + 1, 4)
+    assert_close(x * 2, x + x)
+
+
+@pytest.mark.parametrize("size", range(4))
+def test_seeded_draws_repeat(torch_seed, size):
+    torch.manual_seed(torch_seed)
+    first = torch.randn(size + 1)
+    torch.manual_seed(torch_seed)
+    assert torch.equal(first, torch.randn(size + 1))
+
+
+@pytest.mark.torch_max_latency(ms=500)
+def test_latency(latency):
+    model = torch.nn.Linear(16, 16)
+    latency(model, torch.randn(4, 16))
+
+
+def test_missing_baseline_is_a_skip(perf_baseline):
+    perf_baseline(torch.nn.Linear(4, 4), torch.randn(2, 4))
+
+
+@pytest.mark.torch_max_memory(mb=64)
+def test_memory_budget():
+    torch.ones(1024, 1024).sum()
+
+
+@pytest.mark.torch_memory_leak(iterations=2)
+def test_no_leak():
+    torch.ones(16).sum()
+
+
+@pytest.mark.torch_threads(1)
+def test_threads():
+    assert torch.get_num_threads() == 1
+
+
+def test_deterministic(make_tensor):
+    model = torch.nn.Linear(4, 4)
+    x = make_tensor(3, 4)
+    assert_deterministic(lambda: model(x))
+
+
+def test_a_real_mismatch_fails(make_tensor):
+    x = make_tensor(4, 4)
+    assert_close(x, x + 1)
+
+
+@pytest.mark.xfail(reason="known", strict=True)
+def test_known_failure():
+    assert_close(torch.zeros(2), torch.ones(2))
+"""
+
+
+def _outcomes(junit: Path) -> dict[str, str]:
+    outcomes = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        outcomes[f"{case.get('classname')}::{case.get('name')}"] = kinds[-1] if kinds else "passed"
+    return outcomes
+
+
+def _run(folder: Path, *args: str) -> tuple[dict[str, str], str]:
+    junit = folder / f"junit-{len(list(folder.glob('junit-*')))}.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--junitxml={junit}", *args],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode in (0, 1), output
+    return _outcomes(junit), output
+
+
+def _our_warnings(output: str) -> list[str]:
+    summary = re.search(r"=+ warnings summary =+\n(.*?)\n(?:-- Docs|=+)", output, re.DOTALL)
+    if summary is None:
+        return []
+    return [
+        line for line in summary.group(1).splitlines() if "pytest_torch" in line or "torch_" in line
+    ]
+
+
+@pytest.fixture(scope="module")
+def suites(tmp_path_factory) -> dict[str, tuple[Path, dict[str, str]]]:
+    """Each suite in a folder of its own, with its outcomes in written order and no
+    other plugin loaded."""
+    examples = tmp_path_factory.mktemp("examples") / "examples"
+    shutil.copytree(REPO / "examples", examples, ignore=shutil.ignore_patterns("benchmark-results", "failure-artifacts", ".torch-perf-baselines.json*"))  # fmt: skip
+    _run(examples, *WITHOUT_OTHERS, "--torch-update-perf", "tests/test_performance.py")
+    generated = tmp_path_factory.mktemp("generated")
+    (generated / "test_generated.py").write_text(GENERATED)
+    (generated / "pytest.ini").write_text("[pytest]\n")
+    found = {}
+    for name, folder in (("examples", examples), ("generated", generated)):
+        outcomes, output = _run(folder, *WITHOUT_OTHERS)
+        assert outcomes, output
+        if name == "examples":
+            assert "failure" not in outcomes.values(), output
+        found[name] = (folder, outcomes)
+    generated_outcomes = found["generated"][1]
+    assert generated_outcomes["test_generated::test_a_real_mismatch_fails"] == "failure"
+    assert generated_outcomes["test_generated::test_missing_baseline_is_a_skip"] == "skipped"
+    return found
+
+
+@pytest.mark.skipif(
+    "randomly" in MISSING, reason="needs pytest-randomly (the integration env has it)"
+)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("suite", ["examples", "generated"])
+def test_same_outcomes_in_random_order(suites, suite, seed):
+    folder, expected = suites[suite]
+    others = [arg for arg in WITHOUT_OTHERS if arg != "no:randomly"]
+    others = [
+        a
+        for i, a in enumerate(others)
+        if not (a == "-p" and i + 1 < len(others) and others[i + 1] == "-p")
+    ]
+    outcomes, output = _run(folder, *others, "-p", "randomly", f"--randomly-seed={seed}")
+    assert f"--randomly-seed={seed}" in output
+    assert outcomes == expected
+
+
+@pytest.mark.skipif(
+    bool(MISSING),
+    reason=f"needs {', '.join(f'pytest-{m}' for m in MISSING)} (the integration env has them)",
+)
+@pytest.mark.parametrize("suite", ["examples", "generated"])
+def test_same_outcomes_alongside_common_plugins(suites, suite):
+    folder, expected = suites[suite]
+    outcomes, output = _run(
+        folder, "-p", "randomly", "--randomly-seed=4", "--cov", "--cov-report=", "--timeout=300",
+        "--reruns=1", "-W", "default",
+    )  # fmt: skip
+    for plugin in ("randomly", "cov", "timeout", "rerunfailures", "benchmark"):
+        assert re.search(rf"plugins:.*\b{plugin}", output), f"{plugin} not loaded:\n{output}"
+    assert outcomes == expected
+    assert _our_warnings(output) == [], output

@@ -1,0 +1,60 @@
+"""One version for the family, set in one place, and a changelog entry for it."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VERSION = (REPO / "VERSION").read_text().strip()
+
+
+def _load_set_version():
+    spec = importlib.util.spec_from_file_location(
+        "set_version", REPO / "scripts" / "set_version.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_package_has_the_family_version_and_pins_its_siblings_to_it():
+    for pyproject in sorted((REPO / "packages").glob("*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        assert project["version"] == VERSION, pyproject
+        requirements = list(project.get("dependencies", []))
+        for extra in project.get("optional-dependencies", {}).values():
+            requirements += extra
+        for requirement in requirements:
+            if requirement.startswith("pytest-torch"):
+                assert requirement.endswith(f"=={VERSION}"), f"{pyproject}: {requirement}"
+
+
+def test_the_changelog_has_a_section_for_this_version():
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    assert re.search(rf"^## {re.escape(VERSION)}\b", changelog, re.MULTILINE)
+
+
+def test_set_version_rewrites_every_version_and_pin(tmp_path, monkeypatch):
+    copy = tmp_path / "repo"
+    shutil.copytree(
+        REPO / "packages", copy / "packages", ignore=shutil.ignore_patterns("src", "tests")
+    )
+    shutil.copy(REPO / "VERSION", copy / "VERSION")
+    module = _load_set_version()
+    monkeypatch.setattr(module, "REPO", copy)
+    changed = module.set_version("9.8.7")
+    assert len(changed) == len(list((copy / "packages").glob("*/pyproject.toml")))
+    assert (copy / "VERSION").read_text() == "9.8.7\n"
+    meta = tomllib.loads((copy / "packages/pytest-torch/pyproject.toml").read_text())["project"]
+    assert meta["version"] == "9.8.7"
+    assert all(r.endswith("==9.8.7") for r in meta["dependencies"])
+    assert meta["optional-dependencies"]["perf"] == ["pytest-torch-perf[plot]==9.8.7"]
+    core = tomllib.loads((copy / "packages/pytest-torch-core/pyproject.toml").read_text())[
+        "project"
+    ]
+    assert core["version"] == "9.8.7"
+    assert not any("9.8.7" in r for r in core["dependencies"])  # third-party ranges untouched
