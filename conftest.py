@@ -113,10 +113,37 @@ def _global_state_guard(request: pytest.FixtureRequest) -> Generator[None, None,
         )
 
 
+# Modules an in-process run may import but must not drop afterwards: torch (and what it
+# loads lazily: torch.compile's machinery, distributed ops) registers operators with its
+# C++ side, which refuses a second registration when the module is imported again; and
+# a second copy of the family's modules would make two classes of each exception (an
+# `except NondeterminismError` in one test missing the error another copy raised). The
+# plugins keep their state in config.stash, so one copy serves every inner run.
+KEPT_MODULES = (
+    "torch", "numpy", "matplotlib", "PIL", "sympy", "triton", "pytest_torch", "zope", "readline",
+)  # fmt: skip
+
+
+def _keep_heavy_modules(pytester: pytest.Pytester) -> None:
+    from _pytest.pytester import SysModulesSnapshot
+
+    def snapshot() -> SysModulesSnapshot:
+        return SysModulesSnapshot(preserve=lambda name: name.split(".")[0] in KEPT_MODULES)
+
+    # pytester's own hook for this is private; without it, inner runs still work as long
+    # as the conftests import these modules first
+    if hasattr(pytester, "_Pytester__take_sys_modules_snapshot") and hasattr(
+        pytester, "_sys_modules_snapshot"
+    ):
+        pytester._Pytester__take_sys_modules_snapshot = snapshot  # type: ignore[attr-defined]
+        pytester._sys_modules_snapshot = snapshot()  # the one restored after the test
+
+
 @pytest.fixture
 def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
     """Inner runs keep their written order: the outer suite runs in random order
     (pytest-randomly), but the expectations of an inner run are about one order."""
+    _keep_heavy_modules(pytester)
     inline_run = pytester.inline_run
     runpytest_subprocess = pytester.runpytest_subprocess
 

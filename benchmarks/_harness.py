@@ -21,6 +21,12 @@ PROBE = (
 )
 
 
+def figure(name: str, value: str, goal: str, met: bool | None) -> None:
+    """One figure for benchmarks/run_all.py's table (met: None when there is no goal)."""
+    verdict = "-" if met is None else ("met" if met else "MISSED")
+    print(f"FIGURE|{name}|{value}|{goal}|{verdict}", flush=True)
+
+
 def family_entry_points() -> list[str]:
     names = set()
     for ep in metadata.entry_points(group="pytest11"):

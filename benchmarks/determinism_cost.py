@@ -21,6 +21,7 @@ import torch
 from pytest_torch import assert_deterministic, diagnose_nondeterminism
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from _harness import figure
 from models import MLPRegressor, TinyCNN, TransformerBlock
 
 
@@ -59,6 +60,8 @@ def main() -> int:
             f"  {diagnosed * 1e3:>6.1f} ms  {result.category} ({len(result.trials)}"
             f" experiments, {runs} runs)"
         )
+        figure(f"diagnose_nondeterminism: {name}", f"{diagnosed * 1e3:.0f} ms ({result.category})",
+               "-", None)  # fmt: skip
     return 0
 
 

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from pytest_torch.memory.leaks import LeakCheck, check_for_leaks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from _harness import figure
 from models import MLPRegressor, TinyCNN, train_step
 
 
@@ -80,6 +81,8 @@ def main() -> int:
             f"  {name:<40}  {base / runs * 1e3:>6.2f} ms  {base * 1e3:>7.1f} ms"
             f"  {check * 1e3:>6.1f} ms  {check / base:>5.2f}x"
         )
+        figure(f"leak check / {runs} plain runs: {name}", f"{check / base:.2f}x", "<= 1.1x",
+               check / base <= 1.1)  # fmt: skip
     return 0
 
 

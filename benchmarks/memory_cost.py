@@ -24,6 +24,7 @@ from pytest_torch.core.cpu_memory import CpuAllocationRecorder
 from pytest_torch.core.memory import PeakTracker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from _harness import figure
 from models import MLPRegressor, TinyCNN, TransformerBlock
 
 MIB = 2**20
@@ -32,12 +33,16 @@ MIB = 2**20
 def accuracy() -> None:
     print("accuracy: a known allocation inside a window")
     print(f"  {'allocated':>10}  {'reported':>10}  {'error':>8}")
+    worst = 0.0
     for mb in (1, 10, 100, 500):
         with PeakTracker(["cpu"]) as tracker:
             block = torch.empty(mb * MIB, dtype=torch.uint8)
             del block
         added = tracker.results["cpu"].added / MIB
         print(f"  {mb:>6} MiB  {added:>6.2f} MiB  {100 * (added - mb) / mb:>+7.3f} %")
+        worst = max(worst, abs(added - mb) / mb)
+    figure("CPU peak accuracy, 1 to 500 MiB allocations (worst error)", f"{100 * worst:.3f} %",
+           "<= 1 %", worst <= 0.01)  # fmt: skip
 
 
 def forward_cost(repeats: int) -> None:
@@ -59,6 +64,7 @@ def forward_cost(repeats: int) -> None:
         base, tracked = statistics.median(off), statistics.median(on)
         ratio = tracked / base
         print(f"  {name:<32}  {base * 1e3:>6.3f} ms  {tracked * 1e3:>6.3f} ms  {ratio:>5.2f}x")
+        figure(f"CPU peak tracking overhead: {name}", f"{ratio:.2f}x", "<= 1.5x", ratio <= 1.5)
 
 
 def _time_once(model: torch.nn.Module, x: torch.Tensor) -> float:
@@ -99,6 +105,8 @@ def window_cost(repeats: int) -> None:
             walls.append(time.perf_counter() - start)
         objects = len(gc.get_objects())
         print(f"  {label:<30} {objects:>8} objects: median {statistics.median(walls) * 1e3:.1f} ms")
+        figure(f"CPU peak window open+close, {label}", f"{statistics.median(walls) * 1e3:.1f} ms",
+               "-", None)  # fmt: skip
 
 
 def main() -> int:

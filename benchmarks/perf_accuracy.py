@@ -13,6 +13,7 @@ import argparse
 import statistics
 
 import torch
+from _harness import figure
 from torch.utils import benchmark
 
 from pytest_torch.perf import measure_latency
@@ -72,6 +73,8 @@ def main() -> int:
             f"{name:<26} {fmt_ms(a):>10} {fmt_ms(b):>16} {a / b:>7.3f}"
             f" {spread_ours:>11.1f}% {spread_ref:>10.1f}%"
         )
+        figure(f"latency median / torch.utils.benchmark: {name}", f"{a / b:.3f}",
+               "0.90 to 1.10", 0.9 <= a / b <= 1.1)  # fmt: skip
     return 0
 
 

@@ -10,6 +10,7 @@ import statistics
 import time
 
 import torch
+from _harness import figure
 
 from pytest_torch.perf import measure_latency
 
@@ -35,6 +36,8 @@ def main() -> int:
         f"wall time per latency() call: median {statistics.median(walls):.3f} s,"
         f" min {min(walls):.3f} s, max {max(walls):.3f} s"
     )
+    figure("wall time of one latency() call, ~1 ms model", f"{statistics.median(walls):.2f} s",
+           "-", None)  # fmt: skip
     print(
         f"samples per call: median {statistics.median(r.runs for r in results):.0f},"
         f" stopped by: {sorted({r.stopped_by for r in results})}"

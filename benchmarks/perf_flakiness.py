@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _harness import figure
+
 SUITE = """
 import os
 
@@ -107,6 +109,11 @@ def main() -> int:
         print(f"missed detections by test: {missed}")
     print(f"settings: default tolerance 0.3, {extra or 'default slack'}")
     print(f"false failures: {false_alarms} in {reruns * 10} test runs (goal 0)")
+    figure(f"perf_baseline false failures, {reruns} reruns x 10 tests, unchanged models",
+           str(false_alarms), "0", false_alarms == 0)  # fmt: skip
+    caught = f"{fully_detected}/{reruns}"
+    figure(f"reruns where all 10 tests caught a 1.5x slowdown ({detections} test runs)",
+           caught, f"{reruns}/{reruns}", fully_detected == reruns)  # fmt: skip
     print(
         f"detected 1.5x slowdowns: {detections} of {reruns * 10} test runs;"
         f" runs with every test failing: {fully_detected}/{reruns} (goal {reruns}/{reruns})"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from _harness import interleaved, make_suite, median, spread
+from _harness import figure, interleaved, make_suite, median, spread
 
 HEAVY = """
 import pytest
@@ -65,6 +65,11 @@ def main() -> int:
         print(f"  {name:<22} {median(times):>8.2f}s {spread(times):>16}  {ratio:.2f}x")
     auto, none = median(results["-n 2, threads auto"][0]), median(results["-n 2, threads none"][0])
     print(f"  threads none / auto under -n 2: {none / auto:.2f}x")
+    speedup = serial / auto
+    figure(f"xdist speed-up, compute suite, -n 2 auto vs serial ({available_cores()} cores)",
+           f"{speedup:.2f}x", "> 1x", speedup > 1.0)  # fmt: skip
+    figure("xdist: threads none / auto under -n 2 (oversubscription cost)", f"{none / auto:.2f}x",
+           ">= 1x", none / auto >= 0.97)  # fmt: skip
 
     plain = make_suite(
         {
@@ -89,6 +94,10 @@ def main() -> int:
         )
     ratio = median(results["with torch_xdist"][0]) / median(results["without"][0])
     print(f"  ratio with/without: {ratio:.3f} (goal <= 1.05)")
+    imported = results["with torch_xdist"][1]
+    figure("xdist plugin on a torch-free suite under -n 2: with / without",
+           f"{ratio:.3f}x" + (", torch imported" if imported else ""),
+           "<= 1.05x, torch not imported", ratio <= 1.05 and not imported)  # fmt: skip
     return 0
 
 

@@ -269,6 +269,12 @@ CASES = [
         expect=("ScopeMismatch", "latency", "timed"),
     ),
     Case(
+        "torch-seed-from-a-module-fixture",
+        source="import pytest\n\n\n@pytest.fixture(scope='module')\ndef data(torch_seed):\n    return torch_seed\n\n\ndef test_marked(data):\n    pass\n",
+        kind="failure",
+        expect=("ScopeMismatch", "torch_seed", "data"),
+    ),
+    Case(
         "perf-baseline-negative-tolerance",
         source="def test_marked(perf_baseline):\n    perf_baseline(lambda: None, latency_tolerance=-1)\n",
         kind="failure",

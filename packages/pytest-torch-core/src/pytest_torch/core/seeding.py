@@ -9,7 +9,6 @@ accelerator; :func:`capture` and :func:`restore` put the previous state back.
 from __future__ import annotations
 
 import functools
-import hashlib
 import random
 import sys
 from dataclasses import dataclass, field
@@ -23,6 +22,8 @@ TORCH_DEFAULT_ACCELERATOR_SEED = 67280421310721
 
 def derive_seed(base_seed: int, node_id: str) -> int:
     """The seed of one test: a stable 32-bit hash of the base seed and the test id."""
+    import hashlib  # loading OpenSSL costs milliseconds at start-up; only seeded runs pay
+
     digest = hashlib.blake2b(f"{base_seed}\0{node_id}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big")
 
