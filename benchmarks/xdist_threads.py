@@ -66,8 +66,10 @@ def main() -> int:
     auto, none = median(results["-n 2, threads auto"][0]), median(results["-n 2, threads none"][0])
     print(f"  threads none / auto under -n 2: {none / auto:.2f}x")
     speedup = serial / auto
+    # what -n buys depends on the machine (cores, and how well torch already uses them
+    # in one process); the plugin's goal is the next figure: not losing it to threads
     figure(f"xdist speed-up, compute suite, -n 2 auto vs serial ({available_cores()} cores)",
-           f"{speedup:.2f}x", "> 1x", speedup > 1.0)  # fmt: skip
+           f"{speedup:.2f}x", "-", None)  # fmt: skip
     figure("xdist: threads none / auto under -n 2 (oversubscription cost)", f"{none / auto:.2f}x",
            ">= 1x", none / auto >= 0.97)  # fmt: skip
 
