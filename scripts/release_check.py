@@ -73,41 +73,63 @@ def build(dist: Path) -> None:
         print(f"  {path.name}")
 
 
+def wheel_problems(wheel: zipfile.ZipFile, filename: str) -> list[str]:
+    """What is wrong with one wheel of the family (empty when nothing is): only the
+    meta-package ships ``pytest_torch/__init__.py``; each plugin ships its own package
+    with ``py.typed``, its ``plugin.py`` and its ``torch_<name>`` pytest11 entry point,
+    and nothing outside its package."""
+    name, version = filename.split("-")[:2]
+    files = wheel.namelist()
+    dist_info = f"{name}-{version}.dist-info/"
+    entry_points = ""
+    if f"{dist_info}entry_points.txt" in files:
+        entry_points = wheel.read(f"{dist_info}entry_points.txt").decode()
+    code = sorted(f for f in files if not f.startswith(dist_info))
+    if name == "pytest_torch":
+        problems = []
+        if code != ["pytest_torch/__init__.py", "pytest_torch/py.typed"]:
+            problems.append(f"the meta-package must ship only the namespace, ships {code}")
+        if "[pytest11]" in entry_points:
+            problems.append("the meta-package must not register a pytest plugin")
+        return problems
+    short = name.removeprefix("pytest_torch_")
+    problems = [
+        f"lacks {needed}"
+        for needed in (
+            f"pytest_torch/{short}/{f}" for f in ("__init__.py", "py.typed", "plugin.py")
+        )
+        if needed not in files
+    ]
+    if "pytest_torch/__init__.py" in files:
+        problems.append("ships pytest_torch/__init__.py (only the meta-package may)")
+    stray = [f for f in code if not f.startswith(f"pytest_torch/{short}/")]
+    if stray:
+        problems.append(f"ships files outside its package: {stray}")
+    if f"[pytest11]\ntorch_{short} = pytest_torch.{short}.plugin" not in entry_points:
+        problems.append(f"entry point torch_{short} missing: {entry_points!r}")
+    return problems
+
+
 def check_contents(dist: Path, version: str) -> None:
     step("wheel and sdist contents")
     wheels = sorted(dist.glob("*.whl"))
     sdists = sorted(dist.glob("*.tar.gz"))
     assert len(wheels) == len(sdists) == len(PACKAGES), (wheels, sdists)
     for wheel in wheels:
-        name = wheel.name.split("-")[0]
-        assert wheel.name.startswith(f"{name}-{version}-"), f"{wheel.name}: not version {version}"
-        files = zipfile.ZipFile(wheel).namelist()
-        dist_info = f"{name}-{version}.dist-info/"
-        entry_points = ""
-        if f"{dist_info}entry_points.txt" in files:
-            entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}entry_points.txt").decode()
-        if name == "pytest_torch":
-            code = sorted(f for f in files if not f.startswith(dist_info))
-            assert code == ["pytest_torch/__init__.py", "pytest_torch/py.typed"], code
-            assert "[pytest11]" not in entry_points
-        else:
-            short = name.removeprefix("pytest_torch_")
-            assert "pytest_torch/__init__.py" not in files, f"{wheel.name} ships the namespace"
-            assert f"pytest_torch/{short}/py.typed" in files, f"{wheel.name} lacks py.typed"
-            stray = [f for f in files if not f.startswith((f"pytest_torch/{short}/", dist_info))]
-            assert not stray, f"{wheel.name} ships files outside its package: {stray}"
-            expected = f"[pytest11]\ntorch_{short} = pytest_torch.{short}.plugin"
-            assert expected in entry_points, f"{wheel.name}: entry point {entry_points!r}"
-        print(f"  {wheel.name}: {len(files)} files, ok")
+        assert wheel.name.split("-")[1] == version, f"{wheel.name}: not version {version}"
+        with zipfile.ZipFile(wheel) as opened:
+            problems = wheel_problems(opened, wheel.name)
+            assert not problems, f"{wheel.name}: {'; '.join(problems)}"
+            print(f"  {wheel.name}: {len(opened.namelist())} files, ok")
     for sdist in sdists:
         print(f"  {sdist.name}: ok")
 
 
 def install_and_run(dist: Path, work: Path) -> None:
-    for requirement, expected, examples in SCENARIOS:
+    for number, (requirement, expected, examples) in enumerate(SCENARIOS):
         step(f"clean environment: pip install {requirement!r}")
         started = time.perf_counter()
-        venv = work / f"venv-{len(list(work.iterdir()))}"
+        venv = work / f"venv-{number}"
         run(sys.executable, "-m", "venv", venv)
         python = venv / "bin" / "python"
         run(python, "-m", "pip", "install", "-q", "-c", REPO / "constraints.txt", *THIRD_PARTY)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import tomllib
@@ -13,7 +14,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = sorted(p for p in (REPO / "packages").iterdir() if (p / "pyproject.toml").exists())
-PLUGINS = [p for p in FOLDERS if p.name != "pytest-torch"]
 
 
 @pytest.fixture(scope="module")
@@ -53,24 +53,38 @@ def _entry_points(wheel: zipfile.ZipFile) -> str:
     return wheel.read(names[0]).decode() if names else ""
 
 
-@pytest.mark.parametrize("folder", PLUGINS, ids=lambda p: p.name)
-def test_plugin_wheel_is_a_namespace_portion_with_its_entry_point(wheels, folder):
+def _wheel_problems():
+    spec = importlib.util.spec_from_file_location(
+        "release_check", REPO / "scripts" / "release_check.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.wheel_problems
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_wheel_is_a_namespace_portion_with_its_entry_point(wheels, folder):
+    """Plugins: their package, py.typed, plugin.py and torch_<name> entry point, no
+    namespace __init__; the meta-package: only the namespace __init__, no plugin."""
     wheel = wheels[folder.name]
-    short = folder.name.removeprefix("pytest-torch-")
-    files = wheel.namelist()
-    assert "pytest_torch/__init__.py" not in files, "only the meta-package may ship it"
-    assert f"pytest_torch/{short}/__init__.py" in files
-    assert f"pytest_torch/{short}/py.typed" in files
-    assert f"pytest_torch/{short}/plugin.py" in files
-    assert all(f.startswith((f"pytest_torch/{short}/", "pytest_torch_")) for f in files), files
-    entry_points = _entry_points(wheel)
-    assert f"[pytest11]\ntorch_{short} = pytest_torch.{short}.plugin" in entry_points
+    assert _wheel_problems()(wheel, Path(wheel.filename).name) == []
 
 
-def test_meta_wheel_owns_only_the_namespace_init(wheels):
-    files = [f for f in wheels["pytest-torch"].namelist() if not f.startswith("pytest_torch-")]
-    assert sorted(files) == ["pytest_torch/__init__.py", "pytest_torch/py.typed"]
-    assert "[pytest11]" not in _entry_points(wheels["pytest-torch"])
+def test_the_wheel_check_catches_a_plugin_that_ships_the_namespace(tmp_path):
+    path = tmp_path / "pytest_torch_perf-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name in (
+            "pytest_torch/__init__.py",
+            "pytest_torch/perf/__init__.py",
+            "pytest_torch/perf/plugin.py",
+        ):
+            wheel.writestr(name, "")
+    with zipfile.ZipFile(path) as wheel:
+        problems = _wheel_problems()(wheel, path.name)
+    assert "lacks pytest_torch/perf/py.typed" in problems
+    assert "ships pytest_torch/__init__.py (only the meta-package may)" in problems
+    assert any(p.startswith("ships files outside its package") for p in problems)
+    assert any(p.startswith("entry point torch_perf missing") for p in problems)
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)

@@ -199,8 +199,7 @@ class BaselineFile:
             raise BaselineFileError(
                 f"could not record perf baselines in {self.path}: {reason}. Nothing was"
                 f" changed. Make the folder writable or point --torch-perf-baselines at a"
-                f" writable path, then re-run with"
-                f" --torch-update-perf"
+                f" writable path, then re-run with --torch-update-perf"
             ) from None
 
     def _remove_stale_temp_files(self) -> None:
