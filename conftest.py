@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import os
 import random
+import sys
 from collections.abc import Generator
 from typing import Any
 
@@ -111,6 +112,23 @@ def _global_state_guard(request: pytest.FixtureRequest) -> Generator[None, None,
             " a test that changes state on purpose must restore it):\n" + "\n".join(changed),
             pytrace=False,
         )
+
+
+@pytest.fixture(autouse=True)
+def _drop_compiled_code() -> Generator[None, None, None]:
+    """torch.compile's code cache keeps the tensors of every compiled model alive (their
+    guards refer to them): a later test's live-tensor and peak-memory figures would then
+    depend on which tests ran before it. Each test starts with an empty cache."""
+
+    def compiled_frames() -> int:
+        dynamo = sys.modules.get("torch._dynamo")
+        return 0 if dynamo is None else int(dynamo.utils.counters["frames"]["total"])
+
+    before = compiled_frames()
+    yield
+    if compiled_frames() != before:  # a test that compiled nothing costs nothing here
+        torch._dynamo.reset()
+        gc.collect()  # the cache's entries are held in reference cycles
 
 
 # Modules an in-process run may import but must not drop afterwards: torch (and what it
