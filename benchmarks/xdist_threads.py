@@ -44,7 +44,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
     repeats = parser.parse_args().repeats
-    from pytest_torch.xdist.threads import available_cores
+    from pytest_torch.core.cpus import available_cores
 
     heavy = make_suite({f"test_heavy_{n}.py": HEAVY.format(n=n) for n in range(2)})
     plugins = ["-p", "xdist", "-p", "torch_xdist"]

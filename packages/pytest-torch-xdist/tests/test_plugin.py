@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from pytest_torch.xdist.threads import available_cores
+from pytest_torch.core.cpus import available_cores
 
 #: a conftest for inner runs that makes the device layer report two CUDA GPUs of 16 GiB
 #: on this CPU machine and log what the plugin asks of them (one JSON line per call)
@@ -264,9 +264,16 @@ def test_gpus_requested_on_a_machine_without_gpus(pytester, run):
 
 def test_oversubscription_is_warned_about(pytester, run):
     pytester.makepyfile("def test_nothing(): pass")
-    result = run(f"--torch-num-threads={available_cores() + 1}")
+    count = available_cores() + 1
+    result = run(f"--torch-num-threads={count}")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*oversubscribed threads wait for each other*"])
+    result.stdout.fnmatch_lines(
+        [
+            f"torch threads: {count} of {available_cores()} threads (--torch-num-threads)",
+            f"  WARNING: --torch-num-threads={count}: {count} threads on {available_cores()}"
+            " available core*; oversubscribed threads wait for each other*",
+        ]
+    )
 
 
 def test_exclusive_marker_is_a_no_op_without_gpus(pytester, run_workers):

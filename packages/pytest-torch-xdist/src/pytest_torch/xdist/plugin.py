@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_torch.core.cpus import available_cores
 from pytest_torch.core.options import add_option_with_ini, option_or_ini
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class XdistSettings:
         self.lock: GpuLock | None = None
         self.lock_dir: Path | None = None
         self.owns_lock_dir = False
+        self.warning: str | None = None  # more threads than cores
 
 
 settings_key = pytest.StashKey[XdistSettings]()
@@ -167,10 +169,10 @@ def _check_gpu_options(config: pytest.Config, settings: XdistSettings) -> None:
 def _configure_main(config: pytest.Config, settings: XdistSettings) -> None:
     from pytest_torch.xdist import threads
 
-    cores = threads.available_cores()
-    message = threads.oversubscription(settings.threads_setting, settings.workers, cores)
-    if message is not None:
-        config.issue_config_time_warning(pytest.PytestConfigWarning(message), stacklevel=2)
+    cores = available_cores()
+    settings.warning = threads.oversubscription(settings.threads_setting, settings.workers, cores)
+    if settings.warning is not None:  # in the header, and in the summary for -q runs
+        config.issue_config_time_warning(pytest.PytestConfigWarning(settings.warning), stacklevel=2)
     if settings.workers:
         if settings.gpus is not None:
             settings.lock_dir = Path(tempfile.mkdtemp(prefix="pytest-torch-xdist-"))
@@ -190,7 +192,7 @@ def _configure_worker(config: pytest.Config, settings: XdistSettings) -> None:
 
     assert settings.worker is not None
     settings.plan = threads.plan(
-        settings.threads_setting, settings.workers, threads.available_cores(), os.environ
+        settings.threads_setting, settings.workers, available_cores(), os.environ
     )
     if settings.plan.threads is not None:
         settings.applied = threads.apply(settings.plan.threads, interop=True)
@@ -253,11 +255,12 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     from pytest_torch.xdist import threads
 
-    cores = threads.available_cores()
+    cores = available_cores()
+    warning = [] if settings.warning is None else [f"  WARNING: {settings.warning}"]
     if not settings.workers:
         if settings.plan is None or settings.plan.threads is None:
             return None
-        return [f"torch threads: {settings.plan.describe()} (--torch-num-threads)"]
+        return [f"torch threads: {settings.plan.describe()} (--torch-num-threads)", *warning]
 
     plan = threads.plan(settings.threads_setting, settings.workers, cores, os.environ)
     lines = [f"torch xdist: {settings.workers} workers, {cores} cores available"]
@@ -266,7 +269,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         if settings.gpus is not None:
             gpu = f"{settings.gpus.kind}:{settings.gpus.index_for(worker)}"
         lines.append(f"  gw{worker}: {gpu}, {plan.describe()}")
-    return lines
+    return lines + warning
 
 
 @pytest.hookimpl(optionalhook=True)

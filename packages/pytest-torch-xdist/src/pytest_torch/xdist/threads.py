@@ -14,23 +14,14 @@ import os
 import sys
 from typing import NamedTuple
 
+from pytest_torch.core.cpus import overrun
+
 #: variables that size the thread pools of OpenMP and MKL (and so torch's default)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class ThreadSettingError(ValueError):
     """A --torch-num-threads value that is not auto, none or a positive count."""
-
-
-def available_cores() -> int:
-    """Cores this process may run on (its affinity where the OS reports one)."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    if callable(affinity):
-        try:
-            return max(1, len(affinity(0)))
-        except OSError:
-            pass
-    return max(1, os.cpu_count() or 1)
 
 
 def parse_setting(value: object, source: str) -> str | int:
@@ -90,15 +81,13 @@ def oversubscription(setting: str | int, workers: int, cores: int) -> str | None
     """A warning when a fixed count gives the processes more threads than cores."""
     if not isinstance(setting, int):
         return None
-    processes = max(1, workers)
-    total = setting * processes
-    if total <= cores:
+    how = overrun(setting, workers, cores)
+    if how is None:
         return None
-    who = f"{processes} workers x {setting} threads" if processes > 1 else f"{setting} threads"
     return (
-        f"--torch-num-threads={setting}: {who} = {total} threads on {cores} available"
-        f" cores; oversubscribed threads wait for each other and can slow tests down by"
-        f" far more than they gain. Use --torch-num-threads=auto to share the cores."
+        f"--torch-num-threads={setting}: {how}; oversubscribed threads wait for each other"
+        f" and can slow tests down by far more than they gain. Use --torch-num-threads=auto"
+        f" to share the cores."
     )
 
 
