@@ -7,6 +7,10 @@ the profiler, garbage-collector freezes, environment variables) before each test
 fails the test, also a failing one, when anything differs afterwards. Most tests run
 the plugins in-process through pytester, so a plugin that forgets to undo a change is
 caught by the test that exercised it.
+
+The ``machine`` fixtures at the end let a test choose how an inner run's perf
+measurements see the machine (quiet or busy), so no verdict depends on what else this
+machine is doing while the suite runs.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import gc
 import os
 import random
 import sys
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
@@ -174,3 +178,64 @@ def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.inline_run = ordered_inline_run  # type: ignore[method-assign]
     pytester.runpytest_subprocess = ordered_subprocess  # type: ignore[method-assign]
     return pytester
+
+
+# What the machine looks like to the plugin's measurements in an inner run: real timings,
+# but interference faked, so that a verdict never depends on what else this machine is
+# doing while the tests run. Quiet: no waiting, the core never slow. Busy: every sample
+# waits for a CPU half of its time.
+MACHINE = """
+import time
+
+import pytest
+
+from pytest_torch.perf import contention
+
+
+class Waiting:
+    method = "run-queue wait"
+
+    def waited(self):
+        return 0.5 * time.perf_counter()
+
+    def close(self):
+        pass
+
+
+class FakeMonitor(contention.Monitor):
+    def __init__(self, probe, **kwargs):
+        if probe is not None:
+            probe.close()
+        super().__init__(
+            {probe}, loop=lambda: 2e-5, machine=lambda: None, cores=2,
+            reference=contention.LoopReference(),
+        )
+
+
+@pytest.fixture(autouse=True)
+def _{name}_machine(monkeypatch):
+    monkeypatch.setattr(contention, "Monitor", FakeMonitor)
+"""
+
+
+@pytest.fixture
+def machine(pytester: pytest.Pytester) -> Callable[[str], None]:
+    """``machine("quiet")`` or ``machine("busy")``: how later inner runs see the machine."""
+
+    def choose(state: str) -> None:
+        probe = {"quiet": "None", "busy": "Waiting()"}[state]
+        pytester.makeconftest(MACHINE.replace("{probe}", probe).replace("{name}", state))
+
+    return choose
+
+
+@pytest.fixture
+def quiet_machine(machine: Callable[[str], None]) -> None:
+    """Inner runs measure as on a machine with nothing else running."""
+    machine("quiet")
+
+
+@pytest.fixture
+def busy_machine(machine: Callable[[str], None]) -> None:
+    """Inner runs measure as on a machine whose other processes take half the CPU."""
+    machine("busy")

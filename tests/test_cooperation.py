@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
 
-def test_perf_baselines_are_not_recorded_under_xdist_workers(pytester):
-    pytester.makepyfile("def test_nothing(): pass")
-    result = pytester.runpytest(
-        "-p", "torch_perf", "-p", "xdist", "-p", "torch_xdist", "-n", "2", "--torch-update-perf"
+def test_perf_baselines_recorded_by_xdist_workers_are_written_once(pytester, quiet_machine):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", range(4))
+        def test_speed(perf_baseline, n):
+            perf_baseline(lambda: sum(range(10 * n)))
+        """
     )
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--torch-update-perf cannot record under pytest-xdist (-n)*"])
+    plugins = ("-p", "torch_perf", "-p", "xdist", "-p", "torch_xdist", "-n", "2")
+    result = pytester.runpytest(*plugins, "--torch-update-perf", "--torch-perf-max-time=0.05")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["recorded 4 perf baseline(s) for this machine in *"])
+    (machine,) = json.loads((pytester.path / ".torch-perf-baselines.json").read_text())[
+        "machines"
+    ].values()
+    assert len(machine) == 4 and {entry["threads"] for entry in machine.values()} == {1}
+    # the workers run torch on their share of the cores; measurements on one thread
+    pytester.runpytest(*plugins, "--torch-perf-max-time=0.05").assert_outcomes(passed=4)
 
 
 def test_memory_peaks_follow_the_worker_device_and_reach_the_controller(pytester):

@@ -69,9 +69,14 @@ CASES = [
         "perf-slack-ini", ini="torch_perf_slack_ms = tiny", expect=("torch_perf_slack_ms", "'tiny'")
     ),
     Case(
-        "update-perf-under-xdist",
-        ("--torch-update-perf", "-n", "2"),
-        expect=("--torch-update-perf cannot record under pytest-xdist", "-n 0"),
+        "perf-threads-zero",
+        ("--torch-perf-threads=0",),
+        expect=("--torch-perf-threads", "expected a positive whole number of threads", "'0'"),
+    ),
+    Case(
+        "perf-threads-ini",
+        ini="torch_perf_threads = all",
+        expect=("torch_perf_threads (in tox.ini)", "'all'", "--torch-perf-threads=1"),
     ),
     Case(
         "baselines-under-a-file",

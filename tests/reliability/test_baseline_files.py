@@ -167,7 +167,7 @@ def test_unusable_baseline_files_are_named_and_never_overwritten(pytester, kind,
     assert path.read_text() == CONTENTS[kind]
 
 
-def test_a_baseline_folder_that_became_a_file_is_reported_at_the_end(pytester):
+def test_a_baseline_folder_that_became_a_file_is_reported_at_the_end(pytester, quiet_machine):
     """Writability is checked before the run; if the folder is replaced during it, the
     recordings are not saved and the message says where and why."""
     pytester.makepyfile(

@@ -21,25 +21,3 @@ def run(pytester: pytest.Pytester):
         return pytester.runpytest("-p", "torch_perf", *args)
 
     return _run
-
-
-@pytest.fixture
-def one_thread(pytester: pytest.Pytester) -> None:
-    """Run the inner suite's tests on one intra-op thread, restored afterwards.
-
-    With one thread, a busy neighbour on the machine costs a timing at most its share of
-    a core; with a thread per core, torch's workers wait on each other and a 40 µs
-    forward can take milliseconds. Comparisons in these tests must not hinge on that.
-    """
-    pytester.makeconftest(
-        """
-        import pytest, torch
-
-        @pytest.fixture(autouse=True)
-        def _one_thread():
-            before = torch.get_num_threads()
-            torch.set_num_threads(1)
-            yield
-            torch.set_num_threads(before)
-        """
-    )

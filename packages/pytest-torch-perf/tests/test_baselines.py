@@ -58,6 +58,27 @@ def test_round_trip_and_merge_keep_every_entry(tmp_path):
     assert store.lookup("machine C", "t::a") is None
 
 
+def test_the_machines_reference_loop_is_its_fastest_entry_under_this_python(tmp_path):
+    store = BaselineFile(tmp_path / "b.json")
+    assert store.reference_loop_us("machine A", "3.11.7") is None  # no file yet
+    store.merge(
+        {
+            "machine A": {
+                "t::a": entry(reference_loop_us=21.0),
+                "t::b": entry(reference_loop_us=19.5),
+                "t::c": entry(),  # recorded before entries kept the loop
+                "t::d": Baseline(**{**entry(reference_loop_us=5.0).__dict__, "python": "3.12.1"}),
+            },
+            "machine B": {"t::a": entry(reference_loop_us=2.0)},
+        }
+    )
+    assert store.reference_loop_us("machine A", "3.11.7") == 19.5
+    assert store.reference_loop_us("machine A", "3.12.1") == 5.0
+    assert store.reference_loop_us("machine C", "3.11.7") is None
+    text = (tmp_path / "b.json").read_text()
+    assert '"reference_loop_us": 19.5' in text and text.count("reference_loop_us") == 4
+
+
 def test_formatting_is_sorted_stable_and_rounded(tmp_path):
     store = BaselineFile(tmp_path / "b.json")
     store.merge({"m": {"z": entry(1.23456789), "a": entry(2.0, peak_memory={"cuda:0": 5})}})

@@ -6,19 +6,26 @@ import pytest
 
 from pytest_torch.perf import checks
 from pytest_torch.perf.baselines import Baseline
+from pytest_torch.perf.contention import Interference
 from pytest_torch.perf.timing import LatencyResult
 
-
-def result(median_ms: float, threads: int = 2) -> LatencyResult:
-    return LatencyResult(
-        (median_ms * 0.99, median_ms, median_ms * 1.01), 5.0, 3, 1, "cpu", threads, "spread"
-    )
+QUIET = Interference("run-queue wait", 0.0, 0, 40, others_cores=0.1, cores=2)
+BUSY = Interference("run-queue wait", 0.38, 31, 40, others_cores=1.9, cores=2)
 
 
-def baseline(latency_ms=1.0, threads=2, torch="2.13.0", peak=None) -> Baseline:
+def result(ms: float, threads: int = 2, found: Interference | None = QUIET) -> LatencyResult:
+    """A measurement whose min and median are both ``ms``."""
+    return LatencyResult((ms, ms, ms * 1.02), 5.0, 3, 1, "cpu", threads, "spread", (), found)
+
+
+def busy(ms: float) -> LatencyResult:
+    return result(ms, found=BUSY)
+
+
+def baseline(latency_ms=1.0, threads=2, torch="2.13.0", peak=None, stat="min") -> Baseline:
     return Baseline(
         latency_ms,
-        "median",
+        stat,
         0.01,
         "cpu",
         threads,
@@ -89,10 +96,65 @@ def test_budget_failure_message():
     message = checks.budget_failure(result(30.0), checks.Budget(20.0))
     assert message.startswith("latency budget exceeded: median 30 ms > budget 20 ms (+50.0 %)")
     assert "p90" in message and "3 samples" in message and "cpu, 2 threads" in message
+    assert "machine: not busy (this process waited for a CPU 0 % of the time" in message
     assert "what to try" in message
-    record = checks.budget_record("t::x", result(30.0), checks.Budget(20.0))
+    record = checks.budget_record("t::x", result(30.0), checks.Budget(20.0), "OVER BUDGET")
     assert record.verdict == "OVER BUDGET"
     assert record.change_pct == pytest.approx(50.0)
+
+
+def budget(*measurements, strict=False, ms=20.0):
+    pending = list(measurements)
+    outcome = checks.check_budget("t::x", lambda: pending.pop(0), checks.Budget(ms), strict)
+    return outcome, len(measurements) - len(pending)
+
+
+def test_a_budget_is_confirmed_before_it_fails_and_noise_passes():
+    outcome, calls = budget(result(10.0))
+    assert (outcome.status, calls, outcome.record.verdict) == ("pass", 1, "within budget")
+    outcome, calls = budget(result(30.0), result(31.0))
+    assert (outcome.status, calls, outcome.record.verdict) == ("fail", 2, "OVER BUDGET")
+    assert outcome.message.startswith("latency budget exceeded: median 31 ms > budget 20 ms")
+    assert "note: confirmed by a second measurement (first: 30 ms)" in outcome.message
+    outcome, calls = budget(result(30.0), result(19.0))
+    assert (outcome.status, calls) == ("pass", 2)
+    assert (
+        "over the limit at first (30 ms), then within it (19 ms): treated as noise"
+        in (outcome.notes[0])
+    )
+
+
+@pytest.mark.parametrize(("strict", "status"), [(False, "skip"), (True, "fail")])
+def test_a_budget_over_on_a_busy_machine_is_not_judged(strict, status):
+    outcome, calls = budget(busy(30.0), busy(32.0), strict=strict)
+    assert (outcome.status, calls) == (status, 2)
+    assert outcome.record.verdict == "not judged: machine busy"
+    message = outcome.message
+    assert message.startswith(
+        "t::x: not judged: machine busy. The median latency 32 ms is over the budget of 20 ms,"
+        " but other processes slowed the measurement down: this process waited for a CPU 38 %"
+        " of the time (run-queue wait); 9 of 40 samples undisturbed; other processes kept 1.9"
+        " of 2 cores busy."
+    )
+    assert "measured 2 times: 30 ms (machine busy), 32 ms (machine busy)" in message
+    assert ("--torch-perf-strict fails it" in message) is not strict
+
+
+def test_a_busy_measurement_within_the_budget_passes_and_says_so():
+    outcome, _ = budget(busy(10.0))
+    assert (outcome.status, outcome.record.verdict) == ("pass", "within budget (machine busy)")
+    assert "within the limit even so" in outcome.notes[0]
+
+
+def test_one_quiet_measurement_over_the_budget_is_not_enough_to_fail():
+    outcome, calls = budget(result(30.0), busy(31.0), busy(32.0))
+    assert (outcome.status, calls) == ("skip", 3)
+    outcome, calls = budget(busy(30.0), result(31.0), result(32.0))
+    assert (outcome.status, calls) == ("fail", 3)
+    assert (
+        "confirmed by a second measurement (first: 31 ms); taken while the machine was busy"
+        " and not counted: 30 ms" in outcome.message
+    )
 
 
 def test_within_tolerance_passes_with_one_measurement():
@@ -108,7 +170,7 @@ def test_a_regression_is_confirmed_before_failing():
     message = outcome.message
     for part in (
         "performance regression in t.py::test_x",
-        "latency (median): 2.1 ms vs baseline 1 ms = 2.10x (+110.0 %)",
+        "latency (min): 2.1 ms vs baseline 1 ms = 2.10x (+110.0 %)",
         "limit 1.4 ms = baseline x (1 + tolerance 0.3) + slack 0.1 ms",
         "cpu: Example CPU x 2",
         "confirmed by a second measurement (first: 2 ms)",
@@ -123,19 +185,43 @@ def test_noise_that_does_not_repeat_is_not_a_failure():
     assert "treated as noise" in outcome.notes[0]
 
 
-def test_faster_passes_and_suggests_re_recording():
-    outcome, _ = compare(baseline(1.0), (result(0.5), {}))
+def test_the_baselines_own_statistic_is_compared():
+    # an older baseline recorded the median: this run's median is compared with it
+    slow_median = LatencyResult((1.0, 2.0, 2.1), 5.0, 3, 1, "cpu", 2, "spread", (), QUIET)
+    outcome, _ = compare(baseline(1.0, stat="median"), (slow_median, {}), (slow_median, {}))
+    assert outcome.status == "fail"
+    assert "latency (median): 2 ms vs baseline 1 ms" in outcome.message
+    outcome, _ = compare(baseline(1.0), (slow_median, {}))  # min 1.0: fine
     assert outcome.status == "pass"
-    assert outcome.record.verdict == "improved 50 %"
-    assert "consider re-recording" in outcome.message
+
+
+@pytest.mark.parametrize(("strict", "status"), [(False, "skip"), (True, "fail")])
+def test_over_the_limit_on_a_busy_machine_is_not_judged(strict, status):
+    outcome, calls = compare(baseline(1.0), (busy(2.0), {}), (busy(2.2), {}), strict=strict)
+    assert (outcome.status, calls) == (status, 2)
+    assert outcome.record.verdict == "not judged: machine busy"
+    assert outcome.record.measured_ms == pytest.approx(2.2)
+    assert outcome.message.startswith(
+        "t.py::test_x: not judged: machine busy. min 2.2 ms vs baseline 1 ms = 2.20x is over"
+        " the limit 1.4 ms = baseline x (1 + tolerance 0.3) + slack 0.1 ms, but other"
+        " processes slowed the measurement down: this process waited for a CPU 38 %"
+    )
+
+
+def test_a_busy_machine_never_hides_a_pass_nor_a_memory_regression():
+    outcome, calls = compare(baseline(1.0), (busy(1.1), {}))
+    assert (outcome.status, calls, outcome.record.verdict) == ("pass", 1, "ok (machine busy)")
+    base = baseline(1.0, peak={"cpu": 100 * 2**20})
+    outcome, _ = compare(base, (busy(2.0), {"cpu": 200 * 2**20}), (busy(2.0), {"cpu": 200 * 2**20}))
+    assert (outcome.status, outcome.record.verdict) == ("fail", "MEMORY REGRESSION")
 
 
 @pytest.mark.parametrize(("strict", "status"), [(False, "skip"), (True, "fail")])
 def test_other_thread_count_is_not_judged(strict, status):
     outcome, calls = compare(baseline(1.0, threads=8), strict=strict)
     assert (outcome.status, calls) == (status, 0)
-    assert "recorded with 8 thread(s), this run uses 2" in outcome.message
-    assert "torch.set_num_threads(8)" in outcome.message
+    assert "recorded with 8 thread(s), this run measures with 2" in outcome.message
+    assert "(--torch-perf-threads=8)" in outcome.message
     assert (outcome.record.verdict, outcome.record.measured_ms) == ("not comparable", None)
     assert outcome.record.reference_ms == 1.0
 
@@ -170,11 +256,15 @@ def test_torch_version_change_is_compared_and_mentioned():
 def test_recording_flags_noisy_measurements():
     noisy = LatencyResult((1.0, 2.0, 3.0, 4.0), 5.0, 3, 1, "cpu", 2, "time cap")
     recorded = checks.new_baseline(noisy, {}, "2.13.0")
-    outcome = checks.record_outcome("t::x", recorded, {})
+    outcome = checks.record_outcome("t::x", recorded, {}, noisy)
     assert outcome.record.verdict.startswith("recorded (noisy")
     assert "re-record on a quieter machine" in outcome.message
-    assert recorded.threads == 2
+    assert (recorded.threads, recorded.stat, recorded.latency_ms) == (2, "min", 1.0)
     assert recorded.recorded.endswith("+00:00")
+    assert recorded.reference_loop_us is None  # no monitor, no reference loop
+    found = Interference("run-queue wait", 0.0, 0, 4, reference_loop_s=21e-6)
+    watched = LatencyResult((1.0, 2.0), 5.0, 3, 1, "cpu", 2, "spread", (), found)
+    assert checks.new_baseline(watched, {}, "2.13.0").reference_loop_us == pytest.approx(21.0)
 
 
 def test_records_survive_the_trip_through_report_properties():
@@ -210,13 +300,37 @@ def test_records_survive_the_trip_through_report_properties():
     assert table[3].split()[3:6] == ["-", "-", "-"]
 
 
+def record(*measurements, strict=False):
+    pending = list(measurements)
+    outcome = checks.record("t::x", lambda: pending.pop(0), "2.13.0", strict)
+    return outcome, len(measurements) - len(pending)
+
+
 def test_recording_keeps_the_fastest_of_several_measurements():
-    pending = [
-        (result(1.3), {"cuda:0": 5}),
-        (result(1.0), {"cuda:0": 7}),
-        (result(1.2), {"cuda:0": 6}),
-    ]
-    recorded, memory = checks.record(lambda: pending.pop(0), "2.13.0")
-    assert not pending  # all three taken
-    assert recorded.latency_ms == pytest.approx(1.0)
-    assert memory == {"cuda:0": 7} == recorded.peak_memory
+    outcome, calls = record(
+        (result(1.3), {"cuda:0": 5}), (result(1.0), {"cuda:0": 7}), (result(1.2), {"cuda:0": 6})
+    )
+    assert calls == 3
+    assert outcome.baseline.latency_ms == pytest.approx(1.0)
+    assert outcome.baseline.peak_memory == {"cuda:0": 7}
+    assert outcome.measured.min == pytest.approx(1.0)
+
+
+def test_recording_takes_only_undisturbed_measurements():
+    outcome, calls = record(
+        (busy(0.5), {}), (result(1.3), {}), (busy(0.4), {}), (result(1.1), {}), (result(1.2), {})
+    )
+    assert calls == 5
+    assert outcome.status == "pass"
+    assert outcome.baseline.latency_ms == pytest.approx(1.1)  # not the busy 0.4 ms
+
+
+@pytest.mark.parametrize(("strict", "status"), [(False, "skip"), (True, "fail")])
+def test_nothing_is_recorded_on_a_machine_busy_throughout(strict, status):
+    outcome, calls = record(*[(busy(1.0), {})] * 6, strict=strict)
+    assert (outcome.status, calls, outcome.baseline) == (status, 3, None)  # gives up after 3
+    assert outcome.record.verdict == "not recorded: machine busy"
+    assert outcome.message.startswith(
+        "t::x: not recorded: machine busy. A baseline must be measured on a quiet machine, but"
+        " other processes slowed all 3 measurements down: this process waited for a CPU 38 %"
+    )

@@ -1,7 +1,8 @@
 """perf_baseline in real runs: recording, comparing, and every way it can refuse.
 
 Regressions are produced by editing the recorded figures (a baseline far below any
-real timing, slack 0), never by racing the clock.
+real timing, slack 0), never by racing the clock; whether the machine is busy is
+faked (conftest's quiet_machine and busy_machine), never left to chance.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ FAST = "--torch-perf-max-time=0.05"
 
 
 @pytest.fixture
-def suite(pytester, one_thread):
+def suite(pytester, quiet_machine):
     pytester.makepyfile(test_suite=SUITE)
     return pytester
 
@@ -52,7 +53,7 @@ def test_record_then_compare(suite, run):
     result.stdout.fnmatch_lines(
         [
             "*- torch perf -*",
-            "test_suite.py::test_speed * baseline * median * recorded*",
+            "test_suite.py::test_speed * baseline * min * recorded*",
             "recorded 3 perf baseline(s) for this machine in *.torch-perf-baselines.json",
         ]
     )
@@ -64,12 +65,14 @@ def test_record_then_compare(suite, run):
     ]
     entry = machine["test_suite.py::test_speed"]
     assert {"latency_ms", "threads", "torch", "python", "recorded", "device"} <= set(entry)
+    assert (entry["stat"], entry["threads"]) == ("min", 1)  # --torch-perf-threads' default
+    assert entry["reference_loop_us"] > 0
     result = run(FAST)
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["test_suite.py::test_speed * baseline * median * ok"])
+    result.stdout.fnmatch_lines(["test_suite.py::test_speed * baseline * min * ok"])
 
 
-def test_parametrized_tests_are_keyed_by_their_full_id(pytester, run):
+def test_parametrized_tests_are_keyed_by_their_full_id(pytester, run, quiet_machine):
     pytester.makepyfile(
         """
         import pytest
@@ -97,9 +100,10 @@ def test_regression_fails_after_confirmation_with_the_rerecord_command(suite, ru
             ">       perf_baseline(model, make_tensor(8, 16), latency_tolerance=10.0)",
             "E       pytest_torch.perf.checks.PerfRegressionError: performance regression in"
             " test_suite.py::test_speed:",
-            "E         latency (median): * vs baseline 1e-06 µs = *x (+*%); limit * = baseline x"
+            "E         latency (min): * vs baseline 1e-06 µs = *x (+*%); limit * = baseline x"
             " (1 + tolerance 10) + slack 0 µs",
             "E         now: median *",
+            "E         machine: not busy (* samples undisturbed)",
             "E         baseline: recorded * with torch *, * thread(s), on cpu: *",
             "E         note: confirmed by a second measurement (first: *)",
             "E         If the slowdown is intended *, re-record with: pytest --torch-update-perf"
@@ -129,7 +133,12 @@ def test_other_thread_count_is_not_judged(suite, run):
     _edit(suite, threads=999)
     result = run(FAST, "-rs", "-k", "test_speed")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*recorded with 999 thread(s), this run uses *not comparable*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*recorded with 999 thread(s), this run measures with 1; *not comparable*"
+            " (--torch-perf-threads=999)*"
+        ]
+    )
     run(FAST, "--torch-perf-strict", "-k", "test_speed").assert_outcomes(failed=1)
 
 
@@ -157,7 +166,7 @@ def test_baseline_path_option_and_ini_twin(suite, run):
     assert (suite.path / "other.json").exists()
 
 
-def test_the_same_name_twice_is_an_error(pytester, run):
+def test_the_same_name_twice_is_an_error(pytester, run, quiet_machine):
     pytester.makepyfile(
         """
         def test_twice(perf_baseline):
@@ -172,15 +181,18 @@ def test_the_same_name_twice_is_an_error(pytester, run):
     )
 
 
-def test_recording_under_xdist_is_refused(suite, run):
+def test_recorded_under_xdist_compared_serially_and_back(suite, run):
+    # the workers hand their recordings to the controller, which writes the file once
     result = run(FAST, "--torch-update-perf", "-p", "xdist", "-n", "2")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["ERROR: --torch-update-perf cannot record under pytest-xdist (-n): timings taken while*"]
-    )
-
-
-def test_comparing_under_xdist_works_and_the_table_is_complete(suite, run):
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["recorded 3 perf baseline(s) for this machine in *"])
+    (machine,) = _baselines(suite)["machines"].values()
+    assert len(machine) == 3 and {entry["threads"] for entry in machine.values()} == {1}
+    assert not list(suite.path.glob("*.tmp"))
+    result = run(FAST, "-rs")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["test_suite.py::test_two_sizes::b64 * baseline * min * ok"])
+    # and a serial recording is compared under -n: the thread count is the same
     run(FAST, "--torch-update-perf").assert_outcomes(passed=2)
     result = run(FAST, "-p", "xdist", "-n", "2")
     result.assert_outcomes(passed=2)
@@ -206,13 +218,13 @@ def test_bad_tolerance_is_explained(pytester, run, value):
     result.stdout.fnmatch_lines(["*perf_baseline: latency_tolerance must be a number >= 0, got *"])
 
 
-def test_cpu_baseline_records_and_compares_peak_memory(pytester, run, one_thread):
+def test_cpu_baseline_records_and_compares_peak_memory(pytester, run, quiet_machine):
     pytester.makepyfile(
         """
         import torch
 
         def test_alloc(perf_baseline):
-            x = torch.randn(512, 1024)
+            x = torch.randn(1024, 1024)
             perf_baseline(lambda t: (t @ t.T).sum(), x, latency_tolerance=10.0)
         """
     )
@@ -220,8 +232,8 @@ def test_cpu_baseline_records_and_compares_peak_memory(pytester, run, one_thread
     (machine,) = _baselines(pytester)["machines"].values()
     (entry,) = machine.values()
     assert entry["device"] == "cpu"
-    # the 2 MiB input was alive, the 1 MiB product was added
-    assert entry["peak_memory"]["cpu"] >= 3 * 2**20
+    # what the call added: the 4 MiB product, not the 4 MiB input that was already there
+    assert 4 * 2**20 <= entry["peak_memory"]["cpu"] < 5 * 2**20
     run(FAST).assert_outcomes(passed=1)
     _edit(pytester, peak_memory={"cpu": 1024})
     result = run(FAST)
@@ -252,3 +264,89 @@ def test_cuda_baseline_records_and_compares_peak_memory(pytester, run):
     result = run(FAST)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["E * peak memory on cuda:*: * MiB vs baseline 0.0 MiB*"])
+
+
+def test_a_busy_machine_is_not_judged_but_never_hides_a_pass(suite, run, machine):
+    run(FAST, "--torch-update-perf", "-k", "test_speed").assert_outcomes(passed=1)
+    machine("busy")  # recorded on a quiet machine, compared on a busy one:
+    # within the limit still passes, and says so
+    result = run(FAST, "-k", "test_speed")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["test_suite.py::test_speed * baseline * min * ok (machine busy)"])
+    # over the limit: not judged, with the figures; strict fails instead
+    _edit(suite, latency_ms=1e-9)
+    result = run(FAST, "--torch-perf-slack-ms=0", "-rs", "-k", "test_speed")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_suite.py::test_speed * baseline * min * not judged: machine busy",
+            "SKIPPED * test_suite.py::test_speed: not judged: machine busy. min * vs baseline"
+            " 1e-06 µs = *x is over the limit * but other processes slowed the measurement"
+            " down: this process waited for a CPU 5? % of the time (run-queue wait); 0 of *"
+            " samples undisturbed*",
+        ]
+    )
+    result = run(FAST, "--torch-perf-slack-ms=0", "--torch-perf-strict", "-k", "test_speed")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*This test is failed (--torch-perf-strict). Run perf tests*"])
+
+
+def test_recording_on_a_busy_machine_records_nothing(pytester, run, busy_machine):
+    pytester.makepyfile(test_suite=SUITE)
+    result = run(FAST, "--torch-update-perf", "-rs", "-k", "test_speed")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_suite.py::test_speed * baseline * min * not recorded: machine busy",
+            "SKIPPED * test_suite.py::test_speed: not recorded: machine busy. A baseline must"
+            " be measured on a quiet machine, but other processes slowed all 3 measurements"
+            " down: *",
+        ]
+    )
+    assert not (pytester.path / ".torch-perf-baselines.json").exists()
+    result = run(FAST, "--torch-update-perf", "--torch-perf-strict", "-k", "test_speed")
+    result.assert_outcomes(failed=1)
+
+
+@pytest.mark.parametrize("where", ["option", "ini"])
+def test_measurements_use_the_perf_thread_count_and_restore_torchs(pytester, run, where):
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_threads(latency, perf_baseline):
+            before = torch.get_num_threads()
+            seen = []
+            result = latency(lambda: seen.append(torch.get_num_threads()))
+            assert set(seen) == {2} and result.threads == 2
+            assert torch.get_num_threads() == before
+        """
+    )
+    if where == "ini":
+        pytester.makeini("[pytest]\ntorch_perf_threads = 2\n")
+        args = [FAST]
+    else:
+        args = [FAST, "--torch-perf-threads=2"]
+    result = run(*args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["torch perf: measurements on 2 intra-op threads (--torch-perf-threads)"]
+    )
+
+
+def test_a_core_slower_than_when_recorded_is_seen_to_be_slow(suite, run, monkeypatch):
+    """The baseline file keeps how fast a reference loop ran on this machine; a run whose
+    loop is far slower (here: a recorded loop no real core can match) sets its samples
+    aside, so a result over the limit would not be judged, and one within says so."""
+    import platform
+
+    from pytest_torch.perf import contention
+
+    monkeypatch.setattr(contention, "PROCESS", contention.LoopReference())
+    run(FAST, "--torch-update-perf", "-k", "test_speed").assert_outcomes(passed=1)
+    _edit(suite, reference_loop_us=1e-3, python=platform.python_version())
+    suite.makeconftest("")  # the real monitor, with the real reference loop
+    result = run(FAST, "-k", "test_speed")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["test_suite.py::test_speed * baseline * min * ok (machine busy)"])
+    assert contention.PROCESS.best == pytest.approx(1e-9)

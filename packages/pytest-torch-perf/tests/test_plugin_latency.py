@@ -1,4 +1,5 @@
-"""Latency budgets in real runs (budgets far from the real timings: no clock races)."""
+"""Latency budgets in real runs (budgets far from the real timings: no clock races;
+whether the machine is busy is faked by conftest's quiet_machine and busy_machine)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.L
 """
 
 
-def test_within_budget_passes_and_returns_the_distribution(pytester, run):
+def test_within_budget_passes_and_returns_the_distribution(pytester, run, quiet_machine):
     pytester.makepyfile(
         MODEL
         + """
@@ -24,7 +25,7 @@ def test_fast(make_tensor, latency):
     result = latency(model, make_tensor(8, 16))
     assert 0 < result.min <= result.median <= result.p90 <= result.p99
     assert result.runs >= 3 and result.warmup_calls >= 1 and result.first_call_ms > 0
-    assert result.device == "cpu" and result.threads == torch.get_num_threads()
+    assert result.device == "cpu" and result.threads == 1  # --torch-perf-threads
 
 def test_without_marker_just_measures(latency):
     assert latency(lambda: sum(range(100))).median > 0
@@ -41,7 +42,7 @@ def test_without_marker_just_measures(latency):
     )
 
 
-def test_over_budget_fails_at_the_users_line_with_the_distribution(pytester, run):
+def test_over_budget_fails_at_the_users_line_with_the_distribution(pytester, run, quiet_machine):
     pytester.makepyfile(
         MODEL
         + """
@@ -59,8 +60,10 @@ def test_slow(make_tensor, latency):
             "E       pytest_torch.perf.checks.PerfRegressionError: latency budget exceeded:"
             " p90 * > budget 0.001 µs (+*",
             "E         distribution: median *, p10 *, p90 *, min *, IQR * samples x * after *"
-            " warm-up calls (stopped by *); first call * (excluded); cpu, * thread*",
+            " warm-up calls (stopped by *); first call * (excluded); cpu, 1 thread",
+            "E         machine: not busy (* samples undisturbed)",
             "E         what to try: *",
+            "E         note: confirmed by a second measurement (first: *)",
         ]
     )
     assert "plugin.py" not in result.stdout.str()
@@ -113,6 +116,35 @@ def test_bad_markers_are_collection_errors_naming_the_test(
     assert "Traceback" not in result.stdout.str()
 
 
+def test_over_budget_on_a_busy_machine_is_not_judged(pytester, run, machine):
+    pytester.makepyfile(
+        MODEL
+        + """
+@pytest.mark.torch_max_latency(1e-6)
+def test_slow(make_tensor, latency):
+    latency(model, make_tensor(8, 16))
+
+@pytest.mark.torch_max_latency(10_000)
+def test_fast(make_tensor, latency):
+    latency(model, make_tensor(8, 16))
+"""
+    )
+    machine("busy")
+    result = run("--torch-perf-max-time=0.05", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*::test_slow * budget * median * not judged: machine busy",
+            "*::test_fast * budget * median * within budget (machine busy)",
+            "SKIPPED * *::test_slow: not judged: machine busy. The median latency * is over the"
+            " budget of 0.001 µs, but other processes slowed the measurement down: this process"
+            " waited for a CPU *% of the time*",
+        ]
+    )
+    result = run("--torch-perf-max-time=0.05", "--torch-perf-strict")
+    result.assert_outcomes(passed=1, failed=1)
+
+
 @pytest.mark.parametrize(
     "flag", ["--torch-perf-max-time=0", "--torch-perf-max-time=abc", "--torch-perf-slack-ms=-1"]
 )
@@ -130,7 +162,7 @@ def test_max_time_ini_twin(pytester, run):
     assert run("--torch-perf-max-time=0.05").ret == 0  # the command line wins
 
 
-def test_figures_go_to_junit_xml(pytester, run):
+def test_figures_go_to_junit_xml(pytester, run, quiet_machine):
     pytester.makepyfile(
         """
         import pytest
@@ -157,7 +189,47 @@ def test_help_and_markers(pytester, run):
             "*--torch-perf-strict*",
             "*--torch-perf-baselines=PATH*",
             "*--torch-perf-max-time=SECONDS*",
+            "*--torch-perf-threads=N*",
             "*--torch-perf-slack-ms=MS*",
         ]
     )
     run("--markers").stdout.fnmatch_lines(["@pytest.mark.torch_max_latency(ms, stat='median'):*"])
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "source"),
+    [
+        (["--torch-perf-threads=0"], None, "--torch-perf-threads"),
+        (["--torch-perf-threads=two"], None, "--torch-perf-threads"),
+        (["--torch-perf-threads=1.5"], None, "--torch-perf-threads"),
+        ([], "torch_perf_threads = -2", "torch_perf_threads (in tox.ini)"),
+    ],
+)
+def test_a_bad_perf_thread_count_is_a_usage_error_naming_its_source(
+    pytester, run, args, ini, source
+):
+    pytester.makepyfile("def test_x(): pass")
+    if ini is not None:
+        pytester.makefile(".ini", tox=f"[pytest]\n{ini}\n")
+    result = run(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: {source}: expected a positive whole number of threads for perf measurements,*"]
+    )
+
+
+def test_more_perf_threads_than_cores_is_a_warning_in_the_header(pytester, run):
+    from pytest_torch.core.cpus import available_cores
+
+    cores = available_cores()
+    pytester.makepyfile("def test_x(): pass")
+    result = run(f"--torch-perf-threads={cores + 1}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"torch perf: measurements on {cores + 1} intra-op threads (--torch-perf-threads)",
+            f"  WARNING: --torch-perf-threads={cores + 1}: {cores + 1} threads on {cores}"
+            f" available core* while measuring; measurements whose threads wait for a CPU"
+            f" are not judged (machine busy). *",
+        ]
+    )

@@ -9,7 +9,7 @@ Layout (sorted keys, two-space indent, one trailing newline, so diffs stay small
           "<test node id>[::<name>]": {
             "latency_ms": 1.23, "stat": "median", "spread": 0.02,
             "peak_memory": {"cuda:0": 1048576},
-            "device": "cpu", "threads": 2,
+            "device": "cpu", "threads": 1, "reference_loop_us": 20.4,
             "torch": "2.13.0", "python": "3.11.7", "recorded": "2026-11-30T06:00:00+00:00"
           }
         }
@@ -54,17 +54,25 @@ class Baseline:
     python: str
     recorded: str
     peak_memory: dict[str, int] = field(default_factory=dict)
+    #: how fast a fixed reference loop ran on this machine while recording (see
+    #: contention.py): a later run whose cores are slower is seen to be slower
+    reference_loop_us: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         # rounded so re-recording an unchanged figure changes few characters
         data["latency_ms"] = float(f"{self.latency_ms:.4g}")
         data["spread"] = round(self.spread, 3)
+        if self.reference_loop_us is None:
+            del data["reference_loop_us"]
+        else:
+            data["reference_loop_us"] = float(f"{self.reference_loop_us:.3g}")
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> Baseline:
         try:
+            loop = data.get("reference_loop_us")
             return cls(
                 latency_ms=float(data["latency_ms"]),
                 stat=str(data["stat"]),
@@ -75,8 +83,9 @@ class Baseline:
                 python=str(data.get("python", "?")),
                 recorded=str(data.get("recorded", "?")),
                 peak_memory={str(k): int(v) for k, v in dict(data.get("peak_memory", {})).items()},
+                reference_loop_us=None if loop is None else float(loop),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise BaselineFileError(f"{where}: entry is malformed ({exc!r})") from None
 
 
@@ -164,6 +173,18 @@ class BaselineFile:
         if self._cached is None:
             self._cached = self.read()
         return self._cached.get(machine, {}).get(test)
+
+    def reference_loop_us(self, machine: str, python: str) -> float | None:
+        """The fastest the reference loop ran on ``machine`` under ``python``, over all its
+        entries: how fast an undisturbed core of this machine type is."""
+        if self._cached is None:
+            self._cached = self.read()
+        loops = [
+            entry.reference_loop_us
+            for entry in self._cached.get(machine, {}).values()
+            if entry.reference_loop_us and entry.python == python
+        ]
+        return min(loops, default=None)
 
     def merge(self, updates: Mapping[str, Mapping[str, Baseline]]) -> None:
         """Add or replace entries, keeping every other one, under the file lock."""

@@ -62,35 +62,69 @@ def run_context(target: Any) -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext()
 
 
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[int]:
+    """Run with ``threads`` intra-op threads (None: the count in force), restored after;
+    yields the count in force."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is None or threads == before:
+        yield before
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)
+
+
 def measure_latency(
     target: Any,
     *inputs: Any,
     settings: SamplingSettings | None = None,
     device: torch.device | str | None = None,
+    threads: int | None = None,
     **kwargs: Any,
 ) -> LatencyResult:
-    """Measure ``target(*inputs, **kwargs)`` on its device; see :func:`timing.measure`."""
-    import torch
+    """Measure ``target(*inputs, **kwargs)`` on its device; see :func:`timing.measure`.
+
+    ``threads`` sets torch's intra-op thread count for the measurement (restored after;
+    None keeps the count in force). Samples during which this process waited for a CPU,
+    or its core ran slow, are set aside, and the result says how busy the machine was.
+    """
+    from pytest_torch.perf.contention import Monitor, wait_probe
 
     dev = devices.as_device(device) if device is not None else infer_device(target, inputs, kwargs)
     run = bind(target, inputs, kwargs)
-    with run_context(target):
-        return measure(
-            run,
-            timer=devices.Stopwatch(dev),
-            device=str(dev),
-            threads=torch.get_num_threads(),
-            settings=settings,
-        )
+    with torch_threads(threads) as count, run_context(target):
+        monitor = Monitor(wait_probe(dev.type, count))
+        try:
+            return measure(
+                run,
+                timer=devices.Stopwatch(dev),
+                device=str(dev),
+                threads=count,
+                settings=settings,
+                monitor=monitor,
+            )
+        finally:
+            monitor.close()
 
 
-def peak_memory(target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, int]:
-    """Peak bytes allocated during one call on its device (CPU included), where the
-    core layer can measure it."""
+def peak_memory(
+    target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any], threads: int | None = None
+) -> dict[str, int]:
+    """Bytes one call adds at its peak on its device (CPU included), on top of what was
+    allocated when it started, where the core layer can measure it; ``threads`` as in
+    :func:`measure_latency`.
+
+    Not the absolute peak: that includes whatever earlier tests left alive, so it would
+    change with test order and with how xdist shares the tests out."""
     from pytest_torch.core.memory import PeakTracker
 
     dev = infer_device(target, inputs, kwargs)
     run = bind(target, inputs, kwargs)
-    with PeakTracker([dev]) as tracker, run_context(target):
+    with torch_threads(threads), PeakTracker([dev]) as tracker, run_context(target):
         run()
-    return {name: peak.peak for name, peak in tracker.results.items()}
+    return {name: peak.added for name, peak in tracker.results.items()}

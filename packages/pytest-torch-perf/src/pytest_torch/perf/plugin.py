@@ -8,7 +8,6 @@ judging live in ``calls``/``timing`` and ``checks``/``baselines``.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shlex
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -41,13 +40,22 @@ class PerfSettings:
 
     # a plain class, not a dataclass: building one costs start-up time on every run
     def __init__(
-        self, update: bool, strict: bool, baseline_path: Path, max_time: float, slack_ms: float
+        self,
+        update: bool,
+        strict: bool,
+        baseline_path: Path,
+        max_time: float,
+        slack_ms: float,
+        threads: int,
     ) -> None:
         self.update = update
         self.strict = strict
         self.baseline_path = baseline_path
         self.max_time = max_time
         self.slack_ms = slack_ms
+        #: torch's intra-op threads while measuring (--torch-perf-threads)
+        self.threads = threads
+        self.threads_warning: str | None = None
         self.pending: dict[str, dict[str, Baseline]] = {}
         self.records: list[PerfRecord] = []
         self.benchmark = False
@@ -58,6 +66,7 @@ class PerfSettings:
         self.benchmark_outputs: list[Path] = []
         self._file: BaselineFile | None = None
         self._machine: str | None = None
+        self._calibrated = False
 
     def sampling(self) -> SamplingSettings:
         from pytest_torch.perf.timing import SamplingSettings
@@ -78,6 +87,25 @@ class PerfSettings:
             self._machine = hardware_fingerprint().key
         return self._machine
 
+    def calibrate(self) -> None:
+        """Before the session's first measurement: tell the interference monitor how
+        fast its reference loop ran on this machine when baselines were recorded, so a
+        process whose cores are slow from its first second is seen to be slow."""
+        if self._calibrated:
+            return
+        self._calibrated = True
+        import platform
+
+        from pytest_torch.perf.baselines import BaselineFileError
+        from pytest_torch.perf.contention import note_reference
+
+        try:
+            best = self.file().reference_loop_us(self.machine(), platform.python_version())
+        except BaselineFileError:  # reported by the baseline checks that need the file
+            return
+        if best is not None:
+            note_reference(best / 1e6)
+
 
 settings_key = pytest.StashKey[PerfSettings]()
 calls_key = pytest.StashKey[int]()
@@ -97,7 +125,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group,
         "--torch-update-perf",
         ini="torch_update_perf",
-        help="Record perf baselines for this machine instead of comparing (no -n).",
+        help="Record perf baselines for this machine instead of comparing.",
     )
     add_flag_with_ini(
         parser,
@@ -152,6 +180,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_option_with_ini(
         parser,
         group,
+        "--torch-perf-threads",
+        ini="torch_perf_threads",
+        default="1",
+        metavar="N",
+        help="torch intra-op threads while latency, perf_baseline and benchmark suites"
+        " measure (restored after), so timings compare with and without -n.",
+    )
+    add_option_with_ini(
+        parser,
+        group,
         "--torch-perf-slack-ms",
         ini="torch_perf_slack_ms",
         default="0.005",
@@ -174,6 +212,36 @@ def _positive_float(config: pytest.Config, ini: str, flag: str, *, zero: bool = 
     return number
 
 
+def _thread_count(config: pytest.Config) -> int:
+    from pytest_torch.core.options import option_source
+
+    value = option_or_ini(config, "torch_perf_threads")
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        source = option_source(config, "torch_perf_threads", "--torch-perf-threads")
+        raise pytest.UsageError(
+            f"{source}: expected a positive whole number of threads for perf measurements,"
+            f" got {value!r}. Example: --torch-perf-threads=1 (the default: one thread is"
+            f" the least disturbed by a busy machine and the same with or without -n)"
+        )
+    return int(text)
+
+
+def _threads_warning(config: pytest.Config, threads: int) -> str | None:
+    from pytest_torch.core.cpus import available_cores, overrun
+
+    workers = config.getoption("numprocesses", default=None)
+    processes = workers if isinstance(workers, int) and workers > 0 else 1
+    how = overrun(threads, processes, available_cores())
+    if how is None:
+        return None
+    return (
+        f"--torch-perf-threads={threads}: {how} while measuring; measurements whose"
+        f" threads wait for a CPU are not judged (machine busy). Use fewer threads or"
+        f" fewer workers."
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -188,13 +256,14 @@ def pytest_configure(config: pytest.Config) -> None:
         baseline_path=path if path.is_absolute() else config.rootpath / path,
         max_time=_positive_float(config, "torch_perf_max_time", "--torch-perf-max-time"),
         slack_ms=_positive_float(config, "torch_perf_slack_ms", "--torch-perf-slack-ms", zero=True),
+        threads=_thread_count(config),
     )
-    if update and _under_xdist(config):
-        raise pytest.UsageError(
-            "--torch-update-perf cannot record under pytest-xdist (-n): timings taken"
-            " while other workers share the machine are not a fair reference. Record"
-            " without -n (e.g. pytest --torch-update-perf -n 0), then run in parallel."
-        )
+    if not hasattr(config, "workerinput"):
+        settings.threads_warning = _threads_warning(config, settings.threads)
+        if settings.threads_warning is not None:  # in the header, and the summary for -q
+            config.issue_config_time_warning(
+                pytest.PytestConfigWarning(settings.threads_warning), stacklevel=2
+            )
     if update:
         from pytest_torch.perf.baselines import BaselineFileError
 
@@ -259,11 +328,16 @@ class _ResultCollector:
             )
 
 
-def _under_xdist(config: pytest.Config) -> bool:
-    if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER"):
-        return True
-    workers = config.getoption("numprocesses", default=None)
-    return workers not in (None, 0, "0")
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    settings = config.stash[settings_key]
+    count = settings.threads
+    lines = [
+        f"torch perf: measurements on {count} intra-op thread{'s' if count != 1 else ''}"
+        f" (--torch-perf-threads)"
+    ]
+    if settings.threads_warning is not None:
+        lines.append(f"  WARNING: {settings.threads_warning}")
+    return lines
 
 
 def _budget(item: pytest.Item | pytest.Metafunc) -> Any:
@@ -369,7 +443,7 @@ def _run_case(item: pytest.Function) -> None:
     __tracebackhide__ = True
     from pytest_torch.core import devices
     from pytest_torch.perf import suites
-    from pytest_torch.perf.calls import measure_latency, peak_memory
+    from pytest_torch.perf.calls import measure_latency, peak_memory, torch_threads
     from pytest_torch.perf.checks import PerfRegressionError
 
     settings = item.config.stash[settings_key]
@@ -397,7 +471,8 @@ def _run_case(item: pytest.Function) -> None:
     built = item.obj(**{arg: item.funcargs[arg] for arg in item._fixtureinfo.argnames})
     try:
         model, args, kwargs = suites.prepare(built, case, device, spec)
-        result.first_call_ms = suites.first_call(model, args, kwargs, case, device)
+        with torch_threads(settings.threads):
+            result.first_call_ms = suites.first_call(model, args, kwargs, case, device)
     except suites.CaseSkipped as skipped:
         result.status, result.reason = "skipped", str(skipped)
         item.user_properties.append((suites.PROPERTY, result.to_json()))
@@ -407,9 +482,14 @@ def _run_case(item: pytest.Function) -> None:
 
     def measure() -> tuple[LatencyResult, dict[str, int]]:
         latency = measure_latency(
-            model, *args, settings=settings.sampling(), device=device, **kwargs
+            model,
+            *args,
+            settings=settings.sampling(),
+            device=device,
+            threads=settings.threads,
+            **kwargs,
         )
-        taken.append((latency, peak_memory(model, args, kwargs)))
+        taken.append((latency, peak_memory(model, args, kwargs, settings.threads)))
         return taken[-1]
 
     outcome = baseline_check(
@@ -422,16 +502,19 @@ def _run_case(item: pytest.Function) -> None:
     )
     if not taken:  # no comparable baseline: the figures are still the point
         measure()
-    # recording keeps the fastest measurement, comparing judges the last one
-    latency, memory = min(taken, key=lambda m: m[0].median) if settings.update else taken[-1]
+    # the figures of the measurement that decided (the one recorded, or the last judged)
+    latency, memory = next(((r, m) for r, m in taken if r is outcome.measured), taken[-1])
     result.add_measurement(latency)
     result.peak_memory = memory
     result.baseline_ms = outcome.record.reference_ms
     result.change_pct = outcome.record.change_pct
+    result.stat = outcome.record.stat
     result.verdict = outcome.record.verdict
     item.user_properties.append((suites.PROPERTY, result.to_json()))
     if outcome.status == "fail":
         raise PerfRegressionError(outcome.message)
+    if outcome.status == "skip" and outcome.record.verdict != "no baseline":
+        pytest.skip(outcome.message)  # not comparable or not judged: say so
 
 
 @pytest.hookimpl(wrapper=True)
@@ -486,16 +569,26 @@ def latency(request: pytest.FixtureRequest) -> Callable[..., LatencyResult]:
     def measure(target: Any, *inputs: Any, **kwargs: Any) -> LatencyResult:
         __tracebackhide__ = True
         from pytest_torch.perf.calls import measure_latency
-        from pytest_torch.perf.checks import PerfRegressionError, budget_failure, budget_record
+        from pytest_torch.perf.checks import PerfRegressionError, check_budget
 
         item.stash[calls_key] = item.stash.get(calls_key, 0) + 1
-        result = measure_latency(target, *inputs, settings=settings.sampling(), **kwargs)
-        if budget is not None:
-            _publish(item, budget_record(_label(item, None, "latency"), result, budget))
-            failure = budget_failure(result, budget)
-            if failure is not None:
-                raise PerfRegressionError(failure)
-        return result
+        settings.calibrate()
+
+        def once() -> LatencyResult:
+            return measure_latency(
+                target, *inputs, settings=settings.sampling(), threads=settings.threads, **kwargs
+            )
+
+        if budget is None:
+            return once()
+        outcome = check_budget(_label(item, None, "latency"), once, budget, settings.strict)
+        _publish(item, outcome.record)
+        if outcome.status == "skip":
+            pytest.skip(outcome.message)
+        if outcome.status == "fail":
+            raise PerfRegressionError(outcome.message)
+        assert outcome.measured is not None
+        return outcome.measured
 
     return measure
 
@@ -517,10 +610,12 @@ def baseline_check(
     from pytest_torch.perf.baselines import BaselineFileError
 
     torch_version = str(torch.__version__).split("+")[0]
+    settings.calibrate()
     if settings.update:
-        recorded, memory = checks.record(measure, torch_version)
-        settings.pending.setdefault(settings.machine(), {})[label] = recorded
-        return checks.record_outcome(label, recorded, memory)
+        outcome = checks.record(label, measure, torch_version, settings.strict)
+        if outcome.baseline is not None:
+            settings.pending.setdefault(settings.machine(), {})[label] = outcome.baseline
+        return outcome
     try:
         baseline = settings.file().lookup(settings.machine(), label)
     except BaselineFileError as exc:
@@ -531,7 +626,7 @@ def baseline_check(
         label,
         baseline,
         measure,
-        threads=torch.get_num_threads(),
+        threads=settings.threads,
         torch_version=torch_version,
         tolerance=latency_tolerance,
         memory_tolerance=memory_tolerance,
@@ -573,8 +668,10 @@ def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
         label = _label(item, name, "baseline")
 
         def measure() -> tuple[LatencyResult, dict[str, int]]:
-            result = measure_latency(target, *inputs, settings=settings.sampling())
-            return result, peak_memory(target, inputs, {})
+            result = measure_latency(
+                target, *inputs, settings=settings.sampling(), threads=settings.threads
+            )
+            return result, peak_memory(target, inputs, {}, settings.threads)
 
         outcome = baseline_check(
             settings, item.nodeid, label, measure, float(latency_tolerance), float(memory_tolerance)
@@ -614,12 +711,38 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         )
 
 
+#: where an xdist worker hands its recordings to the controller, which writes them once
+WORKER_RECORDINGS = "torch_perf_recordings"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist's controller: take over the baselines a worker recorded."""
+    recordings = getattr(node, "workeroutput", {}).get(WORKER_RECORDINGS)
+    if not recordings:
+        return
+    from pytest_torch.perf.baselines import Baseline
+
+    pending = node.config.stash[settings_key].pending
+    for machine, tests in recordings.items():
+        for label, entry in tests.items():
+            pending.setdefault(machine, {})[label] = Baseline.from_json(entry, label)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     settings = session.config.stash.get(settings_key, None)
     if settings is None:
         return
-    if settings.benchmark_results and not hasattr(session.config, "workerinput"):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if settings.benchmark_results and workeroutput is None:
         _write_benchmark_outputs(settings)
+    if workeroutput is not None:  # an xdist worker: the controller writes the file
+        if settings.pending:
+            workeroutput[WORKER_RECORDINGS] = {
+                machine: {label: entry.to_json() for label, entry in tests.items()}
+                for machine, tests in settings.pending.items()
+            }
+        return
     if not settings.pending:
         return
     from pytest_torch.perf.baselines import BaselineFileError

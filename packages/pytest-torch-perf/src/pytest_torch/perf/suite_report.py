@@ -89,7 +89,8 @@ def render(results: list[CaseResult], machine: str) -> list[str]:
         lines += format_table(rows, left=(0,), rule=True, indent="  ")
         judged = [r for r in cases if r.status == "ok" and r.verdict != "no baseline"]
         if judged:
-            lines += ["  change vs baseline and verdict"]
+            stats = ", ".join(sorted({r.stat for r in judged if r.stat})) or "-"
+            lines += [f"  change vs baseline (statistic: {stats}) and verdict"]
             lines += format_table(verdicts, left=(0,), rule=True, indent="  ")
         elif any(r.status == "ok" for r in cases):
             lines.append(

@@ -171,6 +171,8 @@ class CaseResult:
     peak_memory: dict[str, int] = field(default_factory=dict)
     baseline_ms: float | None = None
     change_pct: float | None = None
+    #: the statistic compared with the baseline (min; an older baseline's own)
+    stat: str = ""
     verdict: str = ""
     #: positions of dtype, mode and batch size in the suite's declaration, for ordering
     order: list[int] = field(default_factory=list)

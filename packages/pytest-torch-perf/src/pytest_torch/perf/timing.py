@@ -4,7 +4,11 @@ The first call (which may compile, allocate or autotune) is timed and reported a
 Then warm-up runs until consecutive timings agree, then samples are taken until their
 spread is tight or a time cap is hit. Calls too short to time one by one are grouped
 into blocks. The device is synchronized (or timed with device events) through the
-core device layer, under whatever thread count is in force.
+core device layer, under whatever thread count is in force (``calls`` sets one).
+
+With a contention probe (``contention.py``), each sample also records how long this
+process waited for a CPU meanwhile: samples that waited are set aside, and the result
+carries the figures that say whether the machine was too busy for a verdict.
 
 ``torch.utils.benchmark.Timer`` is the closest tool; it times code strings under a
 thread count it sets itself (one by default), does not report the first call, and
@@ -20,7 +24,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pytest_torch.perf.contention import Interference, Monitor, Reading
 
 STATISTICS = ("median", "mean", "min", "p90", "p99")
 
@@ -78,12 +85,23 @@ class LatencyResult:
     threads: int
     #: why sampling stopped: "spread" (tight enough), "time cap" or "max samples"
     stopped_by: str
+    #: samples set aside because this process waited for a CPU during them (not in
+    #: ``samples_ms`` unless too few were left: then every sample is there)
+    set_aside_ms: tuple[float, ...] = ()
+    #: what other processes cost this measurement; None without a contention probe
+    interference: Interference | None = None
     _sorted: list[float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.samples_ms:
             raise ValueError("a LatencyResult needs at least one sample")
         object.__setattr__(self, "_sorted", sorted(self.samples_ms))
+
+    @property
+    def busy(self) -> bool:
+        """Other processes kept this one from the CPU too much for a slow result to be
+        blamed on the code (see :class:`~pytest_torch.perf.contention.Interference`)."""
+        return self.interference is not None and self.interference.busy
 
     @property
     def runs(self) -> int:
@@ -136,10 +154,25 @@ class LatencyResult:
     def describe(self) -> str:
         """One line: the distribution, how it was taken, and where."""
         calls = "call" if self.calls_per_sample == 1 else "calls"
+        aside = ""
+        found = self.interference
+        if found is not None and found.set_aside:
+            why = ", ".join(
+                f"{count} {reason}"
+                for count, reason in (
+                    (found.set_aside - found.slowed, "waited for a CPU"),
+                    (found.slowed, "beside a slowed core"),
+                )
+                if count
+            )
+            if self.runs == found.samples:
+                aside = f" (disturbed: {why}; too few were not to set them aside)"
+            else:
+                aside = f", {found.set_aside} more set aside (disturbed: {why})"
         return (
             f"median {fmt_ms(self.median)}, p10 {fmt_ms(self.p10)}, p90 {fmt_ms(self.p90)},"
             f" min {fmt_ms(self.min)}, IQR {fmt_ms(self.iqr)} ({100 * self.spread:.1f} %);"
-            f" {self.runs} samples x {self.calls_per_sample} {calls} after"
+            f" {self.runs} samples x {self.calls_per_sample} {calls}{aside} after"
             f" {self.warmup_calls} warm-up calls (stopped by {self.stopped_by});"
             f" first call {fmt_ms(self.first_call_ms)} (excluded); {self.device},"
             f" {self.threads} thread{'s' if self.threads != 1 else ''}"
@@ -188,29 +221,30 @@ def measure(
     threads: int,
     settings: SamplingSettings | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    monitor: Monitor | None = None,
 ) -> LatencyResult:
     """Time ``fn`` (called with no arguments) and return its latency distribution.
 
     ``timer`` times one block of calls on the device; ``clock`` only bounds how long
-    the measurement may take. Both are injected so tests can fake time.
+    the measurement may take. ``monitor`` (see ``contention.Monitor``) watches for
+    interference between samples. All are injected so tests can fake them.
     """
     settings = settings or SamplingSettings()
     first = _timed(fn, timer, 1)  # traced, if a tracer is on: coverage still sees the code
     with untraced():
-        return _sample(fn, timer, device, threads, settings, clock, first)
+        return _sample(fn, timer, device, threads, settings, clock, first, monitor)
 
 
-def _sample(
+def _warm_up(
     fn: Callable[[], object],
     timer: Timer,
-    device: str,
-    threads: int,
     settings: SamplingSettings,
     clock: Callable[[], float],
     first: float,
-) -> LatencyResult:
-
-    # Warm-up: until a call agrees with the median of the three before it (within 10 %).
+) -> tuple[int, int]:
+    """Warm-up calls made, and calls per sample: until a call agrees with the median of
+    the three before it (within 10 %), then enough calls for one sample to last
+    ``min_sample_time``."""
     warm: list[float] = []
     warm_start = clock()
     while len(warm) < settings.warmup_max_calls:
@@ -223,29 +257,68 @@ def _sample(
             break
     estimate = statistics.median(warm[-3:]) if warm else first
     calls = 1 if estimate <= 0 else max(1, math.ceil(settings.min_sample_time / estimate))
-    calls = min(calls, 10_000)
+    return len(warm), min(calls, 10_000)
 
-    samples: list[float] = []
+
+def _sample(
+    fn: Callable[[], object],
+    timer: Timer,
+    device: str,
+    threads: int,
+    settings: SamplingSettings,
+    clock: Callable[[], float],
+    first: float,
+    monitor: Monitor | None,
+) -> LatencyResult:
+    from pytest_torch.perf.contention import MIN_UNDISTURBED
+
+    warmup_calls, calls = _warm_up(fn, timer, settings, clock, first)
+    elapsed: list[float] = []  # seconds per block of calls
+    kept: list[float] = []  # per-call seconds of the undisturbed samples, as they come
+    readings: list[Reading] = []
     stopped_by = "max samples"
+    if monitor is not None:
+        monitor.start()
+        readings.append(monitor.reading())
     sample_start = clock()
-    while len(samples) < settings.max_samples:
-        samples.append(_timed(fn, timer, calls) / calls)
-        if len(samples) >= settings.min_samples:
-            ordered = sorted(samples)
+    while len(elapsed) < settings.max_samples:
+        elapsed.append(_timed(fn, timer, calls))
+        if monitor is not None:
+            readings.append(monitor.reading())
+        if monitor is None or not monitor.disturbed(readings[-2], readings[-1], elapsed[-1]):
+            kept.append(elapsed[-1] / calls)
+        if len(kept) >= settings.min_samples:
+            ordered = sorted(kept)
             median = percentile(ordered, 50)
             iqr = percentile(ordered, 75) - percentile(ordered, 25)
             if median > 0 and iqr / median <= settings.target_spread:
                 stopped_by = "spread"
                 break
-        if clock() - sample_start >= settings.max_time and len(samples) >= 3:
+        spent = clock() - sample_start
+        # time lost to interference earns a longer cap (up to twice): enough undisturbed
+        # samples make a measurement that can still be judged
+        enough = len(kept) >= MIN_UNDISTURBED or spent >= 2 * settings.max_time
+        if spent >= settings.max_time and len(elapsed) >= 3 and enough:
             stopped_by = "time cap"
             break
+    sampling = clock() - sample_start
+    per_call = [seconds / calls for seconds in elapsed]
+    interference = None
+    aside = [False] * len(elapsed)
+    if monitor is not None:
+        # judged again against the loop's best as it stands now
+        aside, interference = monitor.finish(readings, elapsed, sampling)
+    clean = [t for t, set_aside in zip(per_call, aside, strict=True) if not set_aside]
+    # too few undisturbed samples: every sample stays, each an upper bound
+    samples = clean if len(clean) >= MIN_UNDISTURBED else per_call
     return LatencyResult(
-        samples_ms=tuple(s * 1e3 for s in samples),
+        samples_ms=tuple(t * 1e3 for t in samples),
         first_call_ms=first * 1e3,
-        warmup_calls=len(warm),
+        warmup_calls=warmup_calls,
         calls_per_sample=calls,
         device=device,
         threads=threads,
         stopped_by=stopped_by,
+        set_aside_ms=tuple(t * 1e3 for t, a in zip(per_call, aside, strict=True) if a),
+        interference=interference,
     )
