@@ -1,4 +1,6 @@
-"""Cost of one `latency` call: wall seconds spent measuring a ~1 ms model.
+"""Cost of one `latency` call: wall seconds spent measuring a ~1 ms model, and what the
+interference monitor (a reading between every two samples) adds per sample, measured
+with and without it in turn.
 
 python benchmarks/perf_cost.py [--calls 10]
 """
@@ -12,7 +14,11 @@ import time
 import torch
 from _harness import figure
 
+from pytest_torch.core.devices import Stopwatch
 from pytest_torch.perf import measure_latency
+from pytest_torch.perf.calls import torch_threads
+from pytest_torch.perf.contention import Monitor, wait_probe
+from pytest_torch.perf.timing import measure
 
 
 def main() -> int:
@@ -42,6 +48,25 @@ def main() -> int:
         f"samples per call: median {statistics.median(r.runs for r in results):.0f},"
         f" stopped by: {sorted({r.stopped_by for r in results})}"
     )
+    per_sample: dict[str, list[float]] = {"without": [], "with": []}
+    with torch_threads(1), torch.inference_mode():
+        for _ in range(calls):
+            for name in per_sample:
+                monitor = Monitor(wait_probe("cpu", 1)) if name == "with" else None
+                start = time.perf_counter()
+                result = measure(
+                    lambda: model(x), timer=Stopwatch("cpu"), device="cpu", threads=1,
+                    monitor=monitor,
+                )  # fmt: skip
+                samples = result.runs + len(result.set_aside_ms)
+                per_sample[name].append((time.perf_counter() - start) / samples)
+    without, with_monitor = (statistics.median(per_sample[n]) for n in ("without", "with"))
+    print(
+        f"wall time per sample (warm-up included): {1e3 * without:.3f} ms without the monitor,"
+        f" {1e3 * with_monitor:.3f} ms with it"
+    )
+    figure("interference monitor: wall time per sample, with / without",
+           f"{with_monitor / without:.2f}x", "-", None)  # fmt: skip
     return 0
 
 

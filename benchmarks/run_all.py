@@ -5,7 +5,7 @@
 Each benchmark runs in a fresh interpreter, alone on the machine (never several at
 once: they measure time). Their own reports are printed as they finish; the table at
 the end gathers the figures with their goals. --quick uses fewer repeats (a smoke
-run: figures are noisier). Takes about 20 minutes on 2 cores, 5 with --quick.
+run: figures are noisier). Takes about an hour on 2 cores, 10 minutes with --quick.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ BENCHMARKS = [
     ("fixture_cost.py", [], ["--tests", "200", "--repeats", "3"]),
     ("perf_accuracy.py", [], ["--rounds", "3"]),
     ("perf_cost.py", [], ["--calls", "5"]),
-    ("perf_flakiness.py", [], ["--reruns", "5"]),
+    ("perf_estimators.py", [], ["--rounds", "2"]),
+    ("perf_busy_machine.py", [], ["--reruns", "3"]),
     ("memory_cost.py", [], ["--repeats", "10"]),
     ("leak_cost.py", [], ["--repeats", "5"]),
     ("determinism_cost.py", [], ["--repeats", "3"]),
