@@ -8,7 +8,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -88,3 +89,16 @@ def median(values: Sequence[float]) -> float:
 
 def spread(values: Sequence[float]) -> str:
     return f"{min(values):.3f}-{max(values):.3f} s"
+
+
+@contextmanager
+def two_cpu_hogs() -> Iterator[None]:
+    """Two CPU-bound processes (``python -c "while True: pass"``) beside the block."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    time.sleep(0.5)
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

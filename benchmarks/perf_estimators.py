@@ -31,9 +31,8 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 
-from _harness import figure
+from _harness import figure, two_cpu_hogs
 
 STATISTICS = ("median", "p10", "min")
 SIZES = [(64, 64, 1), (128, 256, 32), (256, 512, 128), (512, 1024, 128), (1024, 1024, 192)]
@@ -95,14 +94,8 @@ def worker(units: int, *, twin: bool = False) -> dict[str, dict[str, float]]:
 
 
 def with_hogs(units: int) -> dict[str, dict[str, float]]:
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    time.sleep(0.5)
-    try:
+    with two_cpu_hogs():
         return worker(units)
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
 
 
 def main() -> int:
