@@ -115,6 +115,7 @@ def test_a_budget_is_confirmed_before_it_fails_and_noise_passes():
     outcome, calls = budget(result(30.0), result(31.0))
     assert (outcome.status, calls, outcome.record.verdict) == ("fail", 2, "OVER BUDGET")
     assert outcome.message.startswith("latency budget exceeded: median 31 ms > budget 20 ms")
+    assert type(outcome.error()) is checks.PerfRegressionError
     assert "note: confirmed by a second measurement (first: 30 ms)" in outcome.message
     outcome, calls = budget(result(30.0), result(19.0))
     assert (outcome.status, calls) == ("pass", 2)
@@ -138,6 +139,7 @@ def test_a_budget_over_on_a_busy_machine_is_not_judged(strict, status):
     )
     assert "measured 2 times: 30 ms (machine busy), 32 ms (machine busy)" in message
     assert ("--torch-perf-strict fails it" in message) is not strict
+    assert type(outcome.error()) is checks.PerfNotJudgedError  # never called a regression
 
 
 def test_a_busy_measurement_within_the_budget_passes_and_says_so():
@@ -230,6 +232,7 @@ def test_other_thread_count_is_not_judged(strict, status):
 def test_missing_baseline(strict, status):
     outcome = checks.missing_outcome("t.py::test_x", "cpu: Example CPU x 2", strict)
     assert outcome.status == status
+    assert isinstance(outcome.error(), checks.PerfNotJudgedError)
     assert (
         "no perf baseline for t.py::test_x on this machine (cpu: Example CPU x 2)"
         in outcome.message

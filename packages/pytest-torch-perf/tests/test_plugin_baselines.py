@@ -288,7 +288,13 @@ def test_a_busy_machine_is_not_judged_but_never_hides_a_pass(suite, run, machine
     )
     result = run(FAST, "--torch-perf-slack-ms=0", "--torch-perf-strict", "-k", "test_speed")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*This test is failed (--torch-perf-strict). Run perf tests*"])
+    result.stdout.fnmatch_lines(
+        [
+            "E * pytest_torch.perf.checks.PerfNotJudgedError: test_suite.py::test_speed: not"
+            " judged: machine busy.*",
+            "*This test is failed (--torch-perf-strict). Run perf tests*",
+        ]
+    )
 
 
 def test_recording_on_a_busy_machine_records_nothing(pytester, run, busy_machine):

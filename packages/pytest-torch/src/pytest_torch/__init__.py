@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pytest_torch.memory.budgets import MemoryBudgetError
     from pytest_torch.memory.leaks import MemoryLeakError
     from pytest_torch.perf.calls import measure_latency
-    from pytest_torch.perf.checks import PerfRegressionError
+    from pytest_torch.perf.checks import PerfNotJudgedError, PerfRegressionError
     from pytest_torch.perf.suites import benchmark_suite
     from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
     from pytest_torch.perf.timing import LatencyResult
@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "PeakMemory": "pytest_torch.core.memory",
     "PeakTracker": "pytest_torch.core.memory",
     "LatencyResult": "pytest_torch.perf.timing",
+    "PerfNotJudgedError": "pytest_torch.perf.checks",
     "PerfRegressionError": "pytest_torch.perf.checks",
     "assert_no_host_sync": "pytest_torch.perf.syncs",
     "benchmark_suite": "pytest_torch.perf.suites",
@@ -65,6 +66,7 @@ __all__ = [
     "NondeterminismError",
     "PeakMemory",
     "PeakTracker",
+    "PerfNotJudgedError",
     "PerfRegressionError",
     "TensorMismatchError",
     "assert_close",

@@ -1,7 +1,8 @@
 """pytest-torch-perf: latency budgets, performance baselines and host-sync checks.
 
 Public names: :func:`assert_no_host_sync`, :func:`find_host_syncs`,
-:func:`measure_latency`, :class:`LatencyResult`, :class:`PerfRegressionError`.
+:func:`measure_latency`, :class:`LatencyResult`, :class:`PerfRegressionError`,
+:class:`PerfNotJudgedError`.
 Imported on first use; nothing here imports torch.
 """
 
@@ -13,13 +14,14 @@ from pytest_torch.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from pytest_torch.perf.calls import measure_latency
-    from pytest_torch.perf.checks import PerfRegressionError
+    from pytest_torch.perf.checks import PerfNotJudgedError, PerfRegressionError
     from pytest_torch.perf.suites import benchmark_suite
     from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
     from pytest_torch.perf.timing import LatencyResult
 
 _EXPORTS = {
     "LatencyResult": "pytest_torch.perf.timing",
+    "PerfNotJudgedError": "pytest_torch.perf.checks",
     "PerfRegressionError": "pytest_torch.perf.checks",
     "assert_no_host_sync": "pytest_torch.perf.syncs",
     "benchmark_suite": "pytest_torch.perf.suites",
@@ -29,6 +31,7 @@ _EXPORTS = {
 
 __all__ = [
     "LatencyResult",
+    "PerfNotJudgedError",
     "PerfRegressionError",
     "assert_no_host_sync",
     "benchmark_suite",

@@ -27,6 +27,11 @@ class PerfRegressionError(AssertionError):
     """A perf check failed: over its latency budget, or slower than its baseline."""
 
 
+class PerfNotJudgedError(AssertionError):
+    """With ``--torch-perf-strict``: a perf check that could not be made (no baseline for
+    this machine, another thread count, a machine too busy to judge or to record on)."""
+
+
 #: Peak-memory growth below this is never a regression (allocator rounding).
 MEMORY_SLACK_BYTES = 1 << 20
 #: The statistic baselines record and regressions compare: the fastest sample. Time
@@ -216,7 +221,9 @@ def check_budget(
             f"  {busy_advice(strict)}",
         ]
     )
-    return Outcome("fail" if strict else "skip", message, record, measured=result, notes=notes)
+    return Outcome(
+        "fail" if strict else "skip", message, record, measured=result, notes=notes, judged=False
+    )
 
 
 @dataclass
@@ -229,6 +236,12 @@ class Outcome:
     baseline: Baseline | None = None
     measured: LatencyResult | None = None
     notes: list[str] = field(default_factory=list)
+    #: False when the check could not be made (then "skip", or "fail" when strict)
+    judged: bool = True
+
+    def error(self) -> AssertionError:
+        """What a failed check raises: never a regression when nothing was judged."""
+        return (PerfRegressionError if self.judged else PerfNotJudgedError)(self.message)
 
 
 def new_baseline(result: LatencyResult, memory: Mapping[str, int], torch_version: str) -> Baseline:
@@ -275,7 +288,7 @@ def record(
             f" {result.interference.evidence()}. {busy_advice(strict)}"
         )
         row = PerfRecord(label, "baseline", REGRESSION_STAT, result.stat(REGRESSION_STAT), verdict)
-        return Outcome("fail" if strict else "skip", message, row, measured=result)
+        return Outcome("fail" if strict else "skip", message, row, measured=result, judged=False)
     result, memory = min(clean, key=lambda m: m[0].stat(REGRESSION_STAT))
     return record_outcome(label, new_baseline(result, memory, torch_version), memory, result)
 
@@ -316,7 +329,7 @@ def missing_outcome(label: str, machine: str, strict: bool) -> Outcome:
         f" machines are never used"
     )
     row = PerfRecord(label, "baseline", REGRESSION_STAT, None, "no baseline")
-    return Outcome("fail" if strict else "skip", message, row)
+    return Outcome("fail" if strict else "skip", message, row, judged=False)
 
 
 def _memory_failures(
@@ -366,7 +379,7 @@ def compare(
         )
         message = f"{label}: {why}, or re-record with: {rerecord}"
         row = PerfRecord(label, "baseline", stat, None, "not comparable", baseline.latency_ms)
-        return Outcome("fail" if strict else "skip", message, row, baseline)
+        return Outcome("fail" if strict else "skip", message, row, baseline, judged=False)
 
     def value(result: LatencyResult) -> float:
         return result.stat(stat)
@@ -421,7 +434,8 @@ def compare(
                 f"  {busy_advice(strict)}",
             ]
         )
-        return Outcome("fail" if strict else "skip", message, row, baseline, result, notes)
+        status = "fail" if strict else "skip"
+        return Outcome(status, message, row, baseline, result, notes, judged=False)
     if not regressed and not memory_failures:
         message = f"{label}: {verdict_text} ({100 * latency.change:+.1f} %){version_note}"
         if verdict_text.startswith("improved"):

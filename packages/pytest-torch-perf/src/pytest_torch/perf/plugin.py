@@ -444,7 +444,6 @@ def _run_case(item: pytest.Function) -> None:
     from pytest_torch.core import devices
     from pytest_torch.perf import suites
     from pytest_torch.perf.calls import measure_latency, peak_memory, torch_threads
-    from pytest_torch.perf.checks import PerfRegressionError
 
     settings = item.config.stash[settings_key]
     case = cast("Case", item.funcargs[suites.CASE_FIXTURE])
@@ -512,7 +511,7 @@ def _run_case(item: pytest.Function) -> None:
     result.verdict = outcome.record.verdict
     item.user_properties.append((suites.PROPERTY, result.to_json()))
     if outcome.status == "fail":
-        raise PerfRegressionError(outcome.message)
+        raise outcome.error()
     if outcome.status == "skip" and outcome.record.verdict != "no baseline":
         pytest.skip(outcome.message)  # not comparable or not judged: say so
 
@@ -569,7 +568,7 @@ def latency(request: pytest.FixtureRequest) -> Callable[..., LatencyResult]:
     def measure(target: Any, *inputs: Any, **kwargs: Any) -> LatencyResult:
         __tracebackhide__ = True
         from pytest_torch.perf.calls import measure_latency
-        from pytest_torch.perf.checks import PerfRegressionError, check_budget
+        from pytest_torch.perf.checks import check_budget
 
         item.stash[calls_key] = item.stash.get(calls_key, 0) + 1
         settings.calibrate()
@@ -586,7 +585,7 @@ def latency(request: pytest.FixtureRequest) -> Callable[..., LatencyResult]:
         if outcome.status == "skip":
             pytest.skip(outcome.message)
         if outcome.status == "fail":
-            raise PerfRegressionError(outcome.message)
+            raise outcome.error()
         assert outcome.measured is not None
         return outcome.measured
 
@@ -657,7 +656,6 @@ def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
     ) -> Outcome:
         __tracebackhide__ = True
         from pytest_torch.perf.calls import measure_latency, peak_memory
-        from pytest_torch.perf.checks import PerfRegressionError
 
         for label_, value in (
             ("latency_tolerance", latency_tolerance),
@@ -680,7 +678,7 @@ def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
         if outcome.status == "skip":
             pytest.skip(outcome.message)
         if outcome.status == "fail":
-            raise PerfRegressionError(outcome.message)
+            raise outcome.error()
         return outcome
 
     return check
