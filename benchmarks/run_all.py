@@ -29,6 +29,7 @@ BENCHMARKS = [
     ("memory_cost.py", [], ["--repeats", "10"]),
     ("leak_cost.py", [], ["--repeats", "5"]),
     ("determinism_cost.py", [], ["--repeats", "3"]),
+    ("sync_cost.py", [], ["--repeats", "5"]),
     ("xdist_threads.py", [], ["--repeats", "1"]),
 ]
 
