@@ -37,14 +37,31 @@ ENVIRONMENT = (
 ENVIRONMENT_PREFIXES = ("PYTEST_TORCH_", "TORCH_CI_")
 
 
+CUDA_INITIALISED = "torch.cuda.is_initialized()"
+#: what a CUDA set up during a test must show: its state starts from these
+CUDA_DEFAULTS = {"torch.cuda.get_sync_debug_mode()": 0, "torch.cuda.current_device()": 0}
+
+
 def _cuda_state() -> dict[str, Any]:
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+    if not torch.cuda.is_available():
         return {}
+    if not torch.cuda.is_initialized():  # reading the state below would initialise it
+        return {CUDA_INITIALISED: False}
     return {
+        CUDA_INITIALISED: True,
         "torch.cuda.get_rng_state_all()": [s.tolist() for s in torch.cuda.get_rng_state_all()],
         "torch.cuda.get_sync_debug_mode()": torch.cuda.get_sync_debug_mode(),
         "torch.cuda.current_device()": torch.cuda.current_device(),
     }
+
+
+def _cuda_started(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """A test that was first to use CUDA initialised it, which cannot be undone: compare
+    what it left with CUDA's defaults instead (the RNG starts from seeds queued before
+    initialisation, so it has no fixed default to compare with)."""
+    if before.get(CUDA_INITIALISED) is False and after.get(CUDA_INITIALISED) is True:
+        after.pop("torch.cuda.get_rng_state_all()")
+        before.update(CUDA_DEFAULTS, **{CUDA_INITIALISED: True})
 
 
 def snapshot(*, python_rng: bool) -> dict[str, Any]:
@@ -105,6 +122,7 @@ def _global_state_guard(request: pytest.FixtureRequest) -> Generator[None, None,
     before = snapshot(python_rng=python_rng)
     yield
     after = snapshot(python_rng=python_rng)
+    _cuda_started(before, after)
     changed = [
         f"  {key}: {_short(before.get(key))} -> {_short(after.get(key))}"
         for key in sorted(before.keys() | after.keys())

@@ -24,21 +24,32 @@ def test_same_hardware_same_key_whatever_the_versions():
     assert a.key == b.key
 
 
-def test_cpu_model_and_core_count_and_gpu_all_matter():
+def test_cpu_model_and_core_count_and_gpu_model_all_matter():
     base = HardwareFingerprint("AMD EPYC 9654", 16, (H200,))
     other_cpu = HardwareFingerprint("Intel(R) Xeon(R) Platinum 8480+", 16, (H200,))
     other_count = HardwareFingerprint("AMD EPYC 9654", 8, (H200,))
-    two_gpus = HardwareFingerprint(
-        "AMD EPYC 9654", 16, (AcceleratorGroup("cuda", "NVIDIA H200", 2, 139.8, "9.0"),)
+    other_gpu = HardwareFingerprint(
+        "AMD EPYC 9654", 16, (AcceleratorGroup("cuda", "NVIDIA A100-SXM4-80GB", 1, 79.2, "8.0"),)
     )
     no_gpu = HardwareFingerprint("AMD EPYC 9654", 16)
-    keys = {fp.key for fp in (base, other_cpu, other_count, two_gpus, no_gpu)}
+    keys = {fp.key for fp in (base, other_cpu, other_count, other_gpu, no_gpu)}
     assert len(keys) == 5
+
+
+def test_how_many_gpus_are_visible_does_not_change_the_key():
+    """CUDA_VISIBLE_DEVICES (or an xdist worker that sees only its own GPU) changes the
+    count, not the model a test runs on: the baselines must stay found."""
+    one = HardwareFingerprint("AMD EPYC 9654", 16, (H200,))
+    eight = HardwareFingerprint(
+        "AMD EPYC 9654", 16, (AcceleratorGroup("cuda", "NVIDIA H200", 8, 139.8, "9.0"),)
+    )
+    assert one.key == eight.key
+    assert "8 x NVIDIA H200" in eight.accelerators[0].describe()
 
 
 def test_key_is_readable():
     fp = HardwareFingerprint("AMD EPYC 9654", 16, (H200,))
-    assert fp.key == "cpu: AMD EPYC 9654 x 16 | cuda: 1 x NVIDIA H200 (139.8 GiB, cc 9.0)"
+    assert fp.key == "cpu: AMD EPYC 9654 x 16 | cuda: NVIDIA H200 (139.8 GiB, cc 9.0)"
 
 
 def test_this_machine():

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from pytest_torch.core import cpu_memory
+from pytest_torch.core import cpu_memory, devices
 from pytest_torch.core.cpu_memory import CpuAllocation
 from pytest_torch.core.memory import Block, PeakMemory, PeakTracker, cpu_peak, format_bytes
 
@@ -146,3 +146,111 @@ def test_cuda_peak_and_start():
     assert peak.at_start >= 8 * MIB
     assert peak.added == pytest.approx(32 * MIB, rel=0.01)
     del kept
+
+
+def test_nested_cpu_trackers_both_see_their_own_peak():
+    """A tracker inside another (perf_baseline inside a memory-budgeted test) joins the
+    outer one's recording: neither is refused nor under-reports."""
+    with PeakTracker(["cpu"]) as outer:
+        big = torch.empty(32 * MIB, dtype=torch.uint8)
+        del big
+        with PeakTracker(["cpu"]) as inner:
+            small = torch.empty(8 * MIB, dtype=torch.uint8)
+            del small
+        after = torch.empty(4 * MIB, dtype=torch.uint8)
+        del after
+    assert not outer.unmeasured and not inner.unmeasured
+    assert inner.results["cpu"].added == pytest.approx(8 * MIB, rel=0.01)
+    assert outer.results["cpu"].added == pytest.approx(32 * MIB, rel=0.01)
+    assert not _profiler_on()
+
+
+def test_a_tracker_left_open_inside_another_still_ends_the_recording():
+    outer = PeakTracker(["cpu"])
+    outer.start()
+    inner = PeakTracker(["cpu"])
+    inner.start()
+    block = torch.empty(2 * MIB, dtype=torch.uint8)
+    del block
+    outer.stop()  # out of order: the inner one is still recording
+    assert _profiler_on()
+    inner.stop()
+    assert not _profiler_on()
+    assert outer.results["cpu"].added == pytest.approx(2 * MIB, rel=0.01)
+    assert inner.results["cpu"].added == pytest.approx(2 * MIB, rel=0.01)
+
+
+class FakeCounter:
+    """One device's allocator counters, global like CUDA's: allocated and a peak that
+    only reset_peak_memory lowers."""
+
+    def __init__(self):
+        self.allocated = self.peak = 0
+
+    def allocate(self, size):
+        self.allocated += size
+        self.peak = max(self.peak, self.allocated)
+
+    def free(self, size):
+        self.allocated -= size
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    counter = FakeCounter()
+    monkeypatch.setattr(devices, "is_available", lambda t: t in ("cpu", "cuda"))
+    monkeypatch.setattr(devices, "is_initialized", lambda t: True)
+    monkeypatch.setattr(devices, "synchronize", lambda d: None)
+    monkeypatch.setattr(
+        devices,
+        "memory_stats",
+        lambda d: devices.MemoryStats(str(d), counter.allocated, counter.peak),
+    )
+
+    def reset(d):
+        counter.peak = counter.allocated
+        return True
+
+    monkeypatch.setattr(devices, "reset_peak_memory", reset)
+    return counter
+
+
+def test_a_nested_tracker_does_not_hide_the_outer_peak(fake_gpu):
+    """The peak counter is global per device: the inner tracker's reset must not erase
+    the 300 MiB the outer window saw before it."""
+    with PeakTracker(["cuda:0"]) as outer:
+        fake_gpu.allocate(300 * MIB)
+        fake_gpu.free(300 * MIB)
+        with PeakTracker(["cuda:0"]) as inner:
+            fake_gpu.allocate(50 * MIB)
+            fake_gpu.free(50 * MIB)
+        fake_gpu.allocate(20 * MIB)
+        fake_gpu.free(20 * MIB)
+    assert outer.results["cuda:0"].peak == 300 * MIB
+    assert inner.results["cuda:0"].peak == 50 * MIB
+
+
+def test_the_outer_peak_after_the_inner_tracker_is_also_seen(fake_gpu):
+    with PeakTracker(["cuda:0"]) as outer:
+        fake_gpu.allocate(10 * MIB)
+        with PeakTracker(["cuda:0"]):
+            pass
+        fake_gpu.allocate(500 * MIB)
+        fake_gpu.free(510 * MIB)
+    assert outer.results["cuda:0"].peak == 510 * MIB
+    assert outer.results["cuda:0"].at_end == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_nested_cuda_trackers():
+    device = torch.device("cuda", 0)
+    torch.ones(1, device=device)  # initialised: the counters are live
+    with PeakTracker([device]) as outer:
+        big = torch.empty(256 * MIB, dtype=torch.uint8, device=device)
+        del big
+        with PeakTracker([device]) as inner:
+            small = torch.empty(16 * MIB, dtype=torch.uint8, device=device)
+            del small
+    assert outer.results["cuda:0"].added == pytest.approx(256 * MIB, rel=0.01)
+    assert inner.results["cuda:0"].added == pytest.approx(16 * MIB, rel=0.01)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -59,3 +61,43 @@ def test_restore_puts_back_the_previous_streams():
     got = (random.random(), np.random.rand(), torch.rand(2))
     assert got[:2] == expected[:2]
     assert torch.equal(got[2], expected[2])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_generators_are_seeded_and_restored():
+    torch.ones(1, device="cuda")  # initialised: its state is captured, not re-seeded
+    untouched = torch.cuda.get_rng_state_all()
+    snapshot = seeding.capture()
+    seeding.seed_all(1234)
+    first = torch.randn(8, device="cuda")
+    seeding.seed_all(1234)
+    assert torch.equal(torch.randn(8, device="cuda"), first)
+    seeding.restore(snapshot)
+    assert all(
+        torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), untouched, strict=True)
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_an_uninitialised_cuda_is_left_for_its_default_seed(tmp_path):
+    """capture() must not create a context; after restore, CUDA's first draws are the
+    ones a fresh process gets."""
+    code = """
+import torch
+from pytest_torch.core import seeding
+snapshot = seeding.capture()
+assert not torch.cuda.is_initialized()
+seeding.seed_all(99)
+seeding.restore(snapshot)
+print(torch.randn(4, device="cuda").tolist())
+"""
+    fresh = "import torch; print(torch.randn(4, device='cuda').tolist())"
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-c", c], capture_output=True, text=True, timeout=120, check=True
+        ).stdout
+        for c in (code, fresh)
+    ]
+    assert outputs[0] == outputs[1]

@@ -2,23 +2,30 @@
 
 Every question about a device — is it here, how many, wait for it, how much memory
 does it hold — goes through this module, so the rest of the family never branches on
-device type names. CPU is a device like any other. Built on ``torch.accelerator``
-where the installed torch has it, with the per-backend modules as a fallback.
+device type names. CPU is a device like any other. Where torch can answer
+(``torch.accelerator``, ``torch.get_device_module``) it is asked, so any backend torch
+supports — CUDA, Intel XPU, Apple MPS, a ``PrivateUse1`` backend — goes through the
+same code; the per-backend modules are the fallback for older torch.
 
-torch is imported inside the functions: importing this module is free.
+Asking never initialises an accelerator: a CPU-only test on a GPU machine costs no
+context. torch is imported inside the functions: importing this module is free.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import torch
 
-#: Device types the family knows, in the order they are listed and parametrized.
+#: Device types the family names without asking torch, in the order they are listed and
+#: parametrized. torch's current accelerator joins them when it is another type
+#: (:func:`device_types`).
 KNOWN_DEVICE_TYPES: tuple[str, ...] = ("cpu", "cuda", "xpu", "mps")
 #: The accelerator types among them.
 ACCELERATOR_TYPES: tuple[str, ...] = ("cuda", "xpu", "mps")
@@ -32,7 +39,8 @@ def parse_device_types(value: str | Iterable[str], *, source: str) -> list[str] 
     """Parse a device selection such as ``"cpu,cuda"``.
 
     Returns the device types in canonical order without duplicates, or ``None`` for
-    ``"all"``/``"auto"``/empty (every available device). Needs no torch.
+    ``"all"``/``"auto"``/empty (every available device). Needs no torch unless a name
+    outside :data:`KNOWN_DEVICE_TYPES` is given (torch's own accelerator, say ``hpu``).
     ``source`` names where the value came from, for the error message.
     """
     items = value.split(",") if isinstance(value, str) else list(value)
@@ -40,7 +48,10 @@ def parse_device_types(value: str | Iterable[str], *, source: str) -> list[str] 
     names = [name for name in names if name]
     if not names or names in (["all"], ["auto"]):
         return None
-    unknown = [name for name in names if name not in KNOWN_DEVICE_TYPES]
+    order = KNOWN_DEVICE_TYPES
+    if any(name not in order for name in names):
+        order = device_types()
+    unknown = [name for name in names if name not in order]
     if unknown:
         hint = ""
         if any(":" in name for name in unknown):
@@ -50,9 +61,9 @@ def parse_device_types(value: str | Iterable[str], *, source: str) -> list[str] 
             )
         raise DeviceSpecError(
             f"{source}: unknown device type {', '.join(repr(n) for n in unknown)}; expected a"
-            f" comma-separated list of {', '.join(KNOWN_DEVICE_TYPES)}, or 'all'.{hint}"
+            f" comma-separated list of {', '.join(order)}, or 'all'.{hint}"
         )
-    return [t for t in KNOWN_DEVICE_TYPES if t in names]
+    return [t for t in order if t in names]
 
 
 def _torch() -> ModuleType:
@@ -61,22 +72,74 @@ def _torch() -> ModuleType:
     return torch
 
 
-def backend_module(device_type: str) -> ModuleType | None:
-    """The ``torch.<type>`` module of an accelerator type, or None (cpu, unknown)."""
-    if device_type not in ACCELERATOR_TYPES:
+def _accelerator_api() -> Any:
+    """``torch.accelerator`` where the installed torch has it (2.6+), else None."""
+    accel = getattr(_torch(), "accelerator", None)
+    return accel if hasattr(accel, "current_accelerator") else None
+
+
+@functools.cache  # the build's accelerator type does not change within a process
+def current_accelerator_type() -> str | None:
+    """The accelerator type torch was built for (``cuda``, ``xpu``, ``mps``, a
+    PrivateUse1 backend's name...), whether or not a device is present; None when torch
+    has no accelerator API or no accelerator."""
+    accel = _accelerator_api()
+    if accel is None:
         return None
-    module = getattr(_torch(), device_type, None)
+    try:
+        current = accel.current_accelerator()
+    except Exception:  # a broken driver: no accelerator, not a crash
+        return None
+    return None if current is None else str(current.type)
+
+
+def accelerator_types() -> tuple[str, ...]:
+    """The accelerator types the family asks about: the known ones, and torch's current
+    accelerator where it is another type."""
+    current = current_accelerator_type()
+    if current is None or current in ACCELERATOR_TYPES:
+        return ACCELERATOR_TYPES
+    return (*ACCELERATOR_TYPES, current)
+
+
+def device_types() -> tuple[str, ...]:
+    """Every device type the family asks about, cpu first."""
+    return ("cpu", *accelerator_types())
+
+
+def backend_module(device_type: str) -> ModuleType | None:
+    """The module of an accelerator type (``torch.cuda``, ``torch.mps``, a PrivateUse1
+    backend's module), or None (cpu, unknown types)."""
+    if device_type == "cpu" or device_type not in accelerator_types():
+        return None
+    torch = _torch()
+    get_module = getattr(torch, "get_device_module", None)
+    module: object = None
+    if callable(get_module):
+        try:
+            module = get_module(device_type)
+        except Exception:  # a type this build does not know
+            module = None
+    if module is None:
+        module = getattr(torch, device_type, None)
     return module if isinstance(module, ModuleType) else None
 
 
 def _uses_torch_accelerator(device_type: str) -> bool:
     """True when ``torch.accelerator`` is present and speaks for this device type."""
-    torch = _torch()
-    accel = getattr(torch, "accelerator", None)
-    if accel is None or not hasattr(accel, "current_accelerator"):
-        return False
-    current = accel.current_accelerator()
-    return current is not None and current.type == device_type
+    return _accelerator_api() is not None and current_accelerator_type() == device_type
+
+
+def _index(dev: torch.device) -> int:
+    return dev.index if dev.index is not None else 0
+
+
+def _takes_device(func: Callable[..., Any]) -> bool:
+    """Whether a backend function takes a device argument (``torch.mps``'s do not)."""
+    try:
+        return len(inspect.signature(func).parameters) > 0
+    except (TypeError, ValueError):  # a builtin without a signature: the CUDA-style call
+        return True
 
 
 def is_available(device_type: str) -> bool:
@@ -84,17 +147,17 @@ def is_available(device_type: str) -> bool:
     if device_type == "cpu":
         return True
     module = backend_module(device_type)
-    if module is None:
-        return False
     try:
-        return bool(module.is_available())
+        if _uses_torch_accelerator(device_type):
+            return bool(_torch().accelerator.is_available())
+        return module is not None and bool(module.is_available())
     except Exception:  # a broken driver is "not available", not a crash
         return False
 
 
 def available_device_types() -> list[str]:
     """Available device types: cpu first, then each available accelerator."""
-    return [t for t in KNOWN_DEVICE_TYPES if is_available(t)]
+    return [t for t in device_types() if is_available(t)]
 
 
 def is_initialized(device_type: str) -> bool:
@@ -112,13 +175,14 @@ def is_initialized(device_type: str) -> bool:
 
 
 def device_count(device_type: str) -> int:
-    """How many devices of this type the process sees (cpu: 1)."""
+    """How many devices of this type the process sees (cpu: 1). Never initialises."""
     if device_type == "cpu":
         return 1
     if not is_available(device_type):
         return 0
-    module = backend_module(device_type)
-    count = getattr(module, "device_count", None)
+    if _uses_torch_accelerator(device_type):
+        return int(_torch().accelerator.device_count())
+    count = getattr(backend_module(device_type), "device_count", None)
     return int(count()) if callable(count) else 1
 
 
@@ -130,16 +194,22 @@ def as_device(device: torch.device | str) -> torch.device:
 
 
 def default_device(device_type: str) -> torch.device:
-    """The concrete device a bare type means in this process (``cuda`` -> ``cuda:N``)."""
+    """The concrete device a bare type means in this process (``cuda`` -> ``cuda:N``).
+
+    Before the accelerator is initialised its current device is the first visible one
+    (choosing another initialises it), so this never initialises it to find out."""
     import torch
 
     if device_type == "cpu":
         return torch.device("cpu")
-    module = backend_module(device_type)
-    current = getattr(module, "current_device", None)
-    if device_type != "mps" and callable(current) and is_available(device_type):
-        return torch.device(device_type, int(current()))
-    return torch.device(device_type)
+    if device_type == "mps" or not is_available(device_type):
+        return torch.device(device_type)
+    if not is_initialized(device_type):
+        return torch.device(device_type, 0)
+    if _uses_torch_accelerator(device_type):
+        return torch.device(device_type, int(torch.accelerator.current_device_index()))
+    current = getattr(backend_module(device_type), "current_device", None)
+    return torch.device(device_type, int(current()) if callable(current) else 0)
 
 
 def synchronize(device: torch.device | str) -> None:
@@ -151,17 +221,19 @@ def synchronize(device: torch.device | str) -> None:
         _torch().accelerator.synchronize(dev)
         return
     module = backend_module(dev.type)
-    if module is None:
+    sync = getattr(module, "synchronize", None)
+    if not callable(sync):
         raise DeviceSpecError(f"cannot synchronize unknown device {dev}")
-    if dev.type == "mps":
-        module.synchronize()
+    if _takes_device(sync):
+        sync(dev)
     else:
-        module.synchronize(dev)
+        sync()
 
 
 def set_current_device(device: torch.device | str) -> None:
     """Make ``device`` (e.g. ``cuda:1``) the current one of its type in this process, so
-    work on a bare ``"cuda"`` goes there. No-op for cpu and mps."""
+    work on a bare ``"cuda"`` goes there. No-op for cpu and mps. Initialises the
+    accelerator."""
     dev = as_device(device)
     module = backend_module(dev.type)
     setter = getattr(module, "set_device", None)
@@ -177,7 +249,30 @@ def set_memory_fraction(device: torch.device | str, fraction: float) -> None:
     setter = getattr(module, "set_per_process_memory_fraction", None)
     if not callable(setter):
         raise DeviceSpecError(f"{dev.type} has no per-process memory fraction in this torch")
-    setter(fraction, dev.index if dev.index is not None else 0)
+    if len(_parameters(setter)) > 1:
+        setter(fraction, _index(dev))
+    else:  # torch.mps: one process-wide fraction
+        setter(fraction)
+
+
+def memory_fraction(device: torch.device | str) -> float | None:
+    """The per-process memory fraction in force on ``device``; None where torch cannot
+    say (the cap is then assumed to be 1.0, torch's default)."""
+    dev = as_device(device)
+    getter = getattr(backend_module(dev.type), "get_per_process_memory_fraction", None)
+    if not callable(getter) or not is_initialized(dev.type):
+        return None
+    try:
+        return float(getter(_index(dev)) if _takes_device(getter) else getter())
+    except Exception:
+        return None
+
+
+def _parameters(func: Callable[..., Any]) -> list[str]:
+    try:
+        return list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return ["fraction", "device"]
 
 
 def device_name(device: torch.device | str) -> str:
@@ -190,7 +285,7 @@ def device_name(device: torch.device | str) -> str:
     module = backend_module(dev.type)
     get_name = getattr(module, "get_device_name", None)
     if callable(get_name):
-        return str(get_name(dev.index if dev.index is not None else 0))
+        return str(get_name(_index(dev)) if _takes_device(get_name) else get_name())
     return dev.type.upper()
 
 
@@ -200,11 +295,14 @@ def total_memory(device: torch.device | str) -> int | None:
     module = backend_module(dev.type)
     if module is None:
         return None
-    if dev.type == "mps":
-        recommended = getattr(module, "recommended_max_memory", None)
-        return int(recommended()) if callable(recommended) else None
-    props = module.get_device_properties(dev.index if dev.index is not None else 0)
-    return int(props.total_memory)
+    recommended = getattr(module, "recommended_max_memory", None)
+    if callable(recommended):  # mps: what the system lets the GPU use
+        return int(recommended())
+    properties = getattr(module, "get_device_properties", None)
+    memory = (
+        getattr(properties(_index(dev)), "total_memory", None) if callable(properties) else None
+    )
+    return None if memory is None else int(memory)
 
 
 def compute_capability(device: torch.device | str) -> str | None:
@@ -215,7 +313,7 @@ def compute_capability(device: torch.device | str) -> str | None:
     if module is None or dev.type == "mps" or not callable(get_cap):
         return None
     try:
-        cap = get_cap(dev.index if dev.index is not None else 0)
+        cap = get_cap(_index(dev))
     except Exception:
         return None
     if isinstance(cap, Sequence) and len(cap) == 2:
@@ -287,9 +385,9 @@ def reset_peak_memory(device: torch.device | str) -> bool:
 class Stopwatch:
     """Times work queued on one device: ``start()``, run the work, ``stop()`` -> seconds.
 
-    Accelerators with timing events (CUDA, XPU) are timed with events on the current
-    stream, so the figure is the device's time for the work; elsewhere the device is
-    synchronized before and after and the host clock is read.
+    Accelerators with timing events and streams (CUDA, XPU) are timed with events on the
+    current stream, so the figure is the device's time for the work; elsewhere the
+    device is synchronized before and after and the host clock is read.
     """
 
     def __init__(self, device: torch.device | str) -> None:
@@ -297,8 +395,8 @@ class Stopwatch:
         module = backend_module(self.device.type)
         event = getattr(module, "Event", None)
         self._events = (
-            self.device.type in ("cuda", "xpu")
-            and callable(event)
+            callable(event)
+            and callable(getattr(module, "current_stream", None))
             and is_available(self.device.type)
         )
         self._module = module

@@ -33,14 +33,17 @@ class AcceleratorGroup:
     total_memory_gib: float | None
     compute_capability: str | None
 
-    def describe(self) -> str:
+    def describe(self, *, count: bool = True) -> str:
+        """``cuda: 2 x NVIDIA H200 (139.8 GiB, cc 9.0)``; without ``count``, the model
+        alone (what the key holds)."""
         details = []
         if self.total_memory_gib is not None:
             details.append(f"{self.total_memory_gib:.1f} GiB")
         if self.compute_capability is not None:
             details.append(f"cc {self.compute_capability}")
         suffix = f" ({', '.join(details)})" if details else ""
-        return f"{self.kind}: {self.count} x {self.name}{suffix}"
+        how_many = f"{self.count} x " if count else ""
+        return f"{self.kind}: {how_many}{self.name}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,13 @@ class HardwareFingerprint:
 
     @property
     def key(self) -> str:
-        """One line, readable, stable: ``cpu: AMD EPYC 9654 x 16 | cuda: 1 x NVIDIA H200 (...)``."""
+        """One line, readable, stable: ``cpu: AMD EPYC 9654 x 16 | cuda: NVIDIA H200 (...)``.
+
+        Accelerators appear by model, not by count: how many GPUs a process sees changes
+        with ``CUDA_VISIBLE_DEVICES`` (and each xdist worker sees only its own), while a
+        test's speed depends on the model it runs on."""
         parts = [f"cpu: {self.cpu_model} x {self.logical_cpus}"]
-        parts += [group.describe() for group in self.accelerators]
+        parts += [group.describe(count=False) for group in self.accelerators]
         return " | ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,7 +112,7 @@ def logical_cpus() -> int:
 
 def _accelerator_groups() -> tuple[AcceleratorGroup, ...]:
     groups: list[AcceleratorGroup] = []
-    for kind in devices.ACCELERATOR_TYPES:
+    for kind in devices.accelerator_types():
         count = devices.device_count(kind)
         if count == 0:
             continue

@@ -10,6 +10,11 @@ On the CPU, "allocated when the window opened" is the storage of the tensors Pyt
 see at that moment (gc-tracked tensors, shared storages counted once); blocks freed in
 the window that were allocated before it are not credited back, so a CPU peak is never
 under-reported.
+
+Trackers nest (a ``perf_baseline`` or ``assert_max_memory`` inside a test with a
+memory budget). An accelerator has one peak counter per device, so before a tracker
+resets it, every tracker already open on that device keeps the peak seen so far. The
+CPU's allocation events come from one recording that open trackers share.
 """
 
 from __future__ import annotations
@@ -135,6 +140,55 @@ def cpu_peak(
     return PeakMemory(device, at_start, at_start + peak, at_start + running, blocks)
 
 
+class _SharedCpuRecording:
+    """One recording of the CPU allocator's events for every open tracker: torch's
+    profiler runs once per process, so a tracker opened inside another joins its
+    recording instead of being refused."""
+
+    def __init__(self) -> None:
+        self.recorder: CpuAllocationRecorder | None = None
+        self.events: list[CpuAllocation] = []
+        self.users = 0
+
+    def _flush(self, restart: bool) -> None:
+        assert self.recorder is not None
+        self.events.extend(self.recorder.stop())
+        if restart and not self.recorder.start():  # someone else's profiler took over
+            self.recorder = None
+
+    def join(self) -> int | None:
+        """Start or join the recording; the position this tracker's events start at, or
+        None when torch's profiler is in use by something else."""
+        from pytest_torch.core.cpu_memory import CpuAllocationRecorder
+
+        if self.users == 0:
+            recorder = CpuAllocationRecorder()
+            if not recorder.start():
+                return None
+            self.recorder, self.events = recorder, []
+        elif self.recorder is None:
+            return None
+        else:
+            self._flush(restart=True)  # events so far belong to the trackers already open
+        self.users += 1
+        return len(self.events)
+
+    def leave(self, start: int) -> list[CpuAllocation]:
+        """This tracker's events (from ``start`` on); stops the recording with the last."""
+        self.users -= 1
+        if self.recorder is not None:
+            self._flush(restart=self.users > 0)
+        events = self.events[start:]
+        if self.users == 0:
+            self.recorder, self.events = None, []
+        return events
+
+
+_CPU_RECORDING = _SharedCpuRecording()
+#: trackers between start and stop, whose accelerator peaks a reset must carry over
+_OPEN: list[PeakTracker] = []
+
+
 class PeakTracker:
     """Measures the peak memory on ``devices`` between :meth:`start` and :meth:`stop`.
 
@@ -142,33 +196,37 @@ class PeakTracker:
     :attr:`results` maps each device (``"cpu"``,
     ``"cuda:0"``, ...) to a :class:`PeakMemory`. A device whose peak cannot be measured
     is left out and its reason kept in :attr:`unmeasured`. The accelerators' peak
-    counters are reset at the start (torch offers no way to put a peak back).
+    counters are reset at the start (torch offers no way to put a peak back); trackers
+    open around this one keep the peak they had seen, so nesting is safe.
     """
 
     def __init__(self, devices_: Iterable[torch.device | str]) -> None:
         self.devices = [devices.as_device(d) for d in devices_]
         self.results: dict[str, PeakMemory] = {}
         self.unmeasured: dict[str, str] = {}
-        self._cpu: CpuAllocationRecorder | None = None
+        self._cpu_from: int | None = None
         self._cpu_start = 0
         self._accelerators: dict[str, tuple[torch.device, int, bool]] = {}
+        #: per accelerator: the highest peak seen before another tracker reset the counter
+        self._carried: dict[str, int] = {}
 
     def start(self) -> None:
-        self.results, self.unmeasured = {}, {}
-        for device in self.devices:
-            if device.type == "cpu":
-                self._start_cpu()
-            else:
-                self._start_accelerator(device)
+        self.results, self.unmeasured, self._carried = {}, {}, {}
+        _OPEN.append(self)
+        try:
+            for device in self.devices:
+                if device.type == "cpu":
+                    self._start_cpu()
+                else:
+                    self._start_accelerator(device)
+        except BaseException:
+            self.stop()  # leave no recording running and no tracker registered
+            raise
 
     def _start_cpu(self) -> None:
-        from pytest_torch.core.cpu_memory import CpuAllocationRecorder
-
         self._cpu_start = live_tensor_bytes("cpu")[0]
-        recorder = CpuAllocationRecorder()
-        if recorder.start():
-            self._cpu = recorder
-        else:
+        self._cpu_from = _CPU_RECORDING.join()
+        if self._cpu_from is None:
             self.unmeasured["cpu"] = (
                 "torch's profiler was already running, and CPU peaks are recorded with it"
             )
@@ -183,16 +241,24 @@ class PeakTracker:
         if initialized:
             devices.synchronize(device)
             stats = devices.memory_stats(device)
-            if stats is None or not devices.reset_peak_memory(device):
+            if stats is None or stats.peak is None:
+                self.unmeasured[name] = f"{device.type} does not report peak memory"
+                return
+            for outer in _OPEN:  # the reset below ends their view of the peak so far
+                if outer is not self and name in outer._accelerators:
+                    outer._carried[name] = max(outer._carried.get(name, 0), stats.peak)
+            if not devices.reset_peak_memory(device):
                 self.unmeasured[name] = f"{device.type} does not report peak memory"
                 return
             at_start = stats.allocated
         self._accelerators[name] = (device, at_start, initialized)
 
     def stop(self) -> dict[str, PeakMemory]:
-        if self._cpu is not None:
-            events = self._cpu.stop()
-            self._cpu = None
+        if self in _OPEN:
+            _OPEN.remove(self)
+        if self._cpu_from is not None:
+            events = _CPU_RECORDING.leave(self._cpu_from)
+            self._cpu_from = None
             self.results["cpu"] = cpu_peak(events, self._cpu_start, {})
         for name, (device, at_start, was_initialized) in self._accelerators.items():
             if not was_initialized and not devices.is_initialized(device.type):
@@ -203,8 +269,9 @@ class PeakTracker:
             if stats is None or stats.peak is None:
                 self.unmeasured[name] = f"{device.type} does not report peak memory"
                 continue
-            self.results[name] = PeakMemory(name, at_start, stats.peak, stats.allocated)
-        self._accelerators = {}
+            peak = max(stats.peak, self._carried.get(name, 0))
+            self.results[name] = PeakMemory(name, at_start, peak, stats.allocated)
+        self._accelerators, self._carried = {}, {}
         return self.results
 
     def name_blocks(self) -> None:

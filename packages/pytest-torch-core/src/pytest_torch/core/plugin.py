@@ -152,7 +152,7 @@ def _marker_device_types(marker: pytest.Mark, node_id: str) -> list[str]:
         )
     parsed = devices.parse_device_types(names, source=f"{node_id}: @pytest.mark.{MARKER}")
     if parsed is None:  # "all": no restriction
-        return list(devices.KNOWN_DEVICE_TYPES)
+        return list(devices.device_types())
     return parsed
 
 

@@ -68,7 +68,7 @@ def _numpy() -> Any | None:
 def _accelerator_modules() -> list[tuple[str, Any]]:
     return [
         (kind, devices.backend_module(kind))
-        for kind in devices.ACCELERATOR_TYPES
+        for kind in devices.accelerator_types()
         if devices.is_available(kind)
     ]
 
