@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import torch
+
 
 def test_perf_baselines_recorded_by_xdist_workers_are_written_once(pytester, quiet_machine):
     pytester.makepyfile(
@@ -43,3 +46,43 @@ def test_memory_peaks_follow_the_worker_device_and_reach_the_controller(pytester
     )
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["torch xdist: 2 workers*", "*- torch memory: highest peaks -*"])
+
+
+NESTED = """
+import pytest, torch
+
+@pytest.mark.torch_max_memory(mb={budget}, device="{device}")
+def test_step(perf_baseline):
+    big = torch.empty(64 * 2**20, dtype=torch.uint8, device="{device}")
+    del big  # the body's peak: 64 MiB, before the perf call opens its own window
+    perf_baseline(lambda: torch.empty(2**20, dtype=torch.uint8, device="{device}"))
+"""
+
+
+def _nested_run(pytester, device):
+    pytester.makepyfile(NESTED.format(budget=32, device=device))
+    plugins = ("-p", "torch_perf", "-p", "torch_memory", "--torch-perf-max-time=0.05")
+    result = pytester.runpytest(*plugins, "--torch-update-perf")
+    result.assert_outcomes(failed=1)
+    # the perf call's window inside the test's did not hide the 64 MiB seen before it
+    result.stdout.fnmatch_lines(
+        [f"peak memory on {device}* was 64.* MiB, over the torch_max_memory budget of 32 MiB*"]
+    )
+    (machine,) = json.loads((pytester.path / ".torch-perf-baselines.json").read_text())[
+        "machines"
+    ].values()
+    (entry,) = machine.values()
+    (peak,) = entry["peak_memory"].values()  # the inner window was measured too
+    assert 2**20 <= peak < 8 * 2**20
+
+
+def test_a_perf_baseline_inside_a_memory_budget_measures_both(pytester, quiet_machine):
+    _nested_run(pytester, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_perf_baseline_inside_a_memory_budget_on_cuda(pytester, quiet_machine):
+    """CUDA has one peak counter per device: the perf call's reset must not erase the
+    outer budget's 64 MiB."""
+    _nested_run(pytester, "cuda")

@@ -101,3 +101,35 @@ def test_workers_write_artifacts_under_xdist(pytester):
     assert pictures == [
         f"test_workers_write_artifacts_under_xdist.py_test_fails_{i}" for i in (1, 2, 3)
     ]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_artifacts_of_cuda_tensors_load_on_a_machine_without_a_gpu(pytester, run):
+    """A mismatch between CUDA tensors (bfloat16 too): the heatmap is drawn and the
+    saved tensors are on the CPU, so a reviewer opens them anywhere."""
+    pytester.makepyfile(
+        test_suite="""
+        import torch
+        from pytest_torch.core.compare import assert_close
+
+        def test_cuda():
+            expected = torch.zeros(8, 8, device="cuda", dtype=torch.bfloat16)
+            actual = expected.clone()
+            actual[3, 4] = 2.0
+            assert_close({"logits": actual}, {"logits": expected})
+
+        def test_cuda_torch_testing():
+            expected = torch.zeros(5, device="cuda")
+            torch.testing.assert_close(expected + 1, expected)
+        """
+    )
+    result = run("--torch-failure-artifacts=artifacts")
+    result.assert_outcomes(failed=2)
+    folder = pytester.path / "artifacts" / "test_suite.py_test_cuda"
+    assert sorted(p.name for p in folder.iterdir()) == ["1-output_logits.png", "1-output_logits.pt"]
+    saved = torch.load(folder / "1-output_logits.pt")  # saved from the CPU: loads anywhere
+    assert saved["actual"].device.type == "cpu" and saved["actual"].dtype == torch.bfloat16
+    assert saved["actual"][3, 4] == 2
+    theirs = pytester.path / "artifacts" / "test_suite.py_test_cuda_torch_testing"
+    assert sorted(p.name for p in theirs.iterdir()) == ["1-output.png", "1-output.pt"]

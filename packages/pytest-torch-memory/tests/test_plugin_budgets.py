@@ -199,3 +199,67 @@ def test_peaks_are_gathered_from_xdist_workers(pytester):
             "cpu     test_*.py::test_alloc?1?  1.0 MiB*",
         ]
     )
+
+
+needs_cuda = pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU"
+)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_cpu_only_budgeted_test_creates_no_cuda_context(pytester):
+    """On a GPU machine a budget measures every available device; asking about CUDA
+    must not set it up (a context costs ~0.5 GB and breaks forked children)."""
+    pytester.makepyfile(
+        """
+        import pytest, torch
+        from pytest_torch.memory import assert_max_memory
+
+        @pytest.mark.torch_max_memory(mb=64)
+        def test_cpu_only():
+            torch.ones(2**20)
+
+        def test_assert_around_cpu_code():
+            peaks = assert_max_memory(lambda: torch.ones(2**20), mb=64)
+            assert peaks["cuda:0"].peak == 0, peaks
+
+        def test_after():
+            assert not torch.cuda.is_initialized()
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "torch_memory", "-p", "no:randomly")
+    result.assert_outcomes(passed=3)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_budget_and_assert_max_memory(pytester):
+    pytester.makepyfile(
+        """
+        import pytest, torch
+        from pytest_torch.memory import MemoryBudgetError, assert_max_memory
+
+        @pytest.mark.torch_max_memory(mb=16, device="cuda")
+        def test_over():
+            x = torch.empty(48 * 2**20, dtype=torch.uint8, device="cuda")
+            del x
+
+        @pytest.mark.torch_max_memory(mb=64, device="cuda")
+        def test_fits():
+            torch.empty(8 * 2**20, dtype=torch.uint8, device="cuda")
+
+        def test_assert():
+            with pytest.raises(MemoryBudgetError, match="peak memory on cuda:0 was 32.0 MiB"):
+                assert_max_memory(
+                    lambda: torch.empty(32 * 2**20, dtype=torch.uint8, device="cuda"),
+                    mb=4,
+                    device="cuda",
+                )
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "torch_memory", "-p", "no:randomly")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*peak memory on cuda:0 was 48.0 MiB, over the torch_max_memory budget of 16 MiB*"]
+    )

@@ -249,7 +249,7 @@ def test_cuda_baseline_records_and_compares_peak_memory(pytester, run):
         import torch
 
         def test_alloc(perf_baseline):
-            x = torch.randn(1024, 1024, device="cuda")
+            x = torch.full((1024, 1024), 0.5, device="cuda")
             perf_baseline(lambda t: (t @ t).sum(), x, latency_tolerance=10.0)
         """
     )

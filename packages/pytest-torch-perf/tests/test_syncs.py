@@ -162,7 +162,7 @@ def test_modes_are_removed_afterwards_even_when_the_function_raises():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_syncs_are_found_and_the_debug_mode_is_restored():
-    x = torch.randn(1024, device="cuda")
+    x = torch.linspace(-1, 1, 1024, device="cuda")  # no RNG: the state guard stays quiet
     before = torch.cuda.get_sync_debug_mode()
     with pytest.raises(AssertionError) as info:
         assert_no_host_sync(lambda: (x.sum().item(), x[x > 0], x.cpu()))
@@ -567,3 +567,30 @@ def test_cudas_own_check_is_armed_when_the_call_itself_starts_cuda(pytester):
         """
     )
     pytester.runpytest_subprocess("-p", "no:randomly").assert_outcomes(passed=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_sync_free_cuda_training_step_passes_and_allow_names_work_on_cuda():
+    """The real thing on a GPU: an optimizer step with clip_grad_norm_ raises nothing
+    (CUDA's own check armed too), and allow= accepts a known .item() there."""
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)
+    ).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batch = torch.linspace(-1, 1, 8 * 32, device="cuda").reshape(8, 32)
+    target = torch.arange(8, device="cuda") % 4
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(batch), target)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        return loss.detach()
+
+    step()  # optimizer state made outside the checked call, as in a training loop
+    assert_no_host_sync(step)
+    assert_no_host_sync(lambda: step().item(), allow="item")
+    with pytest.raises(AssertionError, match=r"item \[cuda\]"):
+        assert_no_host_sync(lambda: step().item())
