@@ -60,7 +60,7 @@ def _cuda_started(before: dict[str, Any], after: dict[str, Any]) -> None:
     what it left with CUDA's defaults instead (the RNG starts from seeds queued before
     initialisation, so it has no fixed default to compare with)."""
     if before.get(CUDA_INITIALISED) is False and after.get(CUDA_INITIALISED) is True:
-        after.pop("torch.cuda.get_rng_state_all()")
+        after.pop("torch.cuda.get_rng_state_all()", None)
         before.update(CUDA_DEFAULTS, **{CUDA_INITIALISED: True})
 
 

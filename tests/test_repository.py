@@ -79,3 +79,34 @@ def test_siblings_never_import_from_the_namespace_root():
             assert not re.search(
                 r"^\s*(from pytest_torch import|import pytest_torch$)", text, re.M
             ), source
+
+
+def _root_conftest():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_root_conftest", REPO / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_state_guard_lets_a_test_be_the_first_to_initialise_cuda():
+    """Initialising CUDA cannot be undone: the first test that does it is compared with
+    CUDA's defaults, so it passes unless it left a debug mode or device behind."""
+    guard = _root_conftest()
+    before = {guard.CUDA_INITIALISED: False}
+    clean = {
+        guard.CUDA_INITIALISED: True,
+        "torch.cuda.get_rng_state_all()": [[1, 2]],
+        "torch.cuda.get_sync_debug_mode()": 0,
+        "torch.cuda.current_device()": 0,
+    }
+    guard._cuda_started(before, clean)
+    assert before == clean  # nothing would be reported
+    before, dirty = (
+        {guard.CUDA_INITIALISED: False},
+        dict(clean, **{"torch.cuda.current_device()": 1}),
+    )
+    guard._cuda_started(before, dirty)
+    assert before["torch.cuda.current_device()"] == 0 != dirty["torch.cuda.current_device()"]

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
+import torch
 
 from pytest_torch.core.fingerprint import (
     AcceleratorGroup,
@@ -83,3 +87,20 @@ def test_command_line_prints_the_key():
     ).stdout
     assert out.splitlines()[0] == hardware_fingerprint().key
     assert "torch" in out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_key_is_the_same_whatever_gpus_are_visible():
+    code = "from pytest_torch.core.fingerprint import hardware_fingerprint as h; print(h().key)"
+    keys = set()
+    for visible in (None, "0"):
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        keys.add(out.stdout.strip())
+    assert len(keys) == 1, keys
+    assert "| cuda: " in keys.pop()
