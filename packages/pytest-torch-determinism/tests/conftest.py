@@ -39,6 +39,14 @@ def fast_scatter(values: torch.Tensor, index: torch.Tensor, bins: int) -> torch.
     return racy_sum(values, index, bins)
 
 
+@pytest.fixture(scope="session")
+def cuda() -> torch.device:
+    """The CUDA device, initialised once for the session (so that a test's own figures
+    never include setting CUDA up)."""
+    torch.cuda.init()
+    return torch.device("cuda")
+
+
 @pytest.fixture
 def run(pytester: pytest.Pytester):
     """Run pytest in-process on the pytester directory with the determinism plugin

@@ -32,6 +32,28 @@ class ReadsUninitialised(torch.nn.Module):
         return out.sum(dim=1)
 
 
+class ScattersIntoGarbage(torch.nn.Module):
+    # kernel-level variance (racy_sum) and a read of uninitialised memory at once
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        values = self.proj(x.repeat(500, 1)).flatten() * 1e3
+        sums = torch.ops.pytest_torch_tests.racy_sum(values, torch.arange(values.numel()) % 3, 3)
+        out = torch.empty(6)
+        out[:3] = sums  # the other half is never written
+        return out.sum()
+
+
+class ResizesInPlace(torch.nn.Module):
+    def forward(self, x):
+        out = x.sum(dim=1).clone()
+        out.resize_(2 * out.numel())  # the new half holds whatever was there
+        return out
+
+
 class Drifts(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -71,8 +93,8 @@ def test_deterministic(x):
     assert result.first_divergence is None
     assert [(t.name, t.runs, t.outcome) for t in result.trials] == [
         ("as called", 5, "identical"),
-        ("deterministic algorithms, uninitialised memory not filled", 1, "identical"),
-        ("deterministic algorithms, uninitialised memory filled", 1, "identical"),
+        ("reseeded, uninitialised memory filled with 0x3F", 1, "identical"),
+        ("reseeded, uninitialised memory filled with 0xC1 (vs 0x3F)", 1, "identical"),
     ]
 
 
@@ -101,6 +123,31 @@ def test_uninitialised_memory_is_not_blamed_on_kernels(x):
     assert result.category == "Uninitialised memory"
     assert "initialise the tensor (torch.zeros)" in result.verdict
     assert "--torch-deterministic" not in result.verdict  # it would only hide the bug
+    assert "wrote 0x3F into it in one run, 0xC1 in another" in result.verdict
+    assert result.first_divergence == "the model (ReadsUninitialised)"
+
+
+@pytest.mark.parametrize("fill", [True, False])
+def test_uninitialised_memory_under_the_users_deterministic_mode(x, fill):
+    # torch's own fill (NaN) makes the runs identical; the probe's bytes replace it
+    with flags.using(flags.deterministic(fill_uninitialized_memory=fill)):
+        assert diagnose_nondeterminism(ReadsUninitialised(), x).category == "Uninitialised memory"
+        assert diagnose_nondeterminism(mlp(), x).category == "Deterministic"
+
+
+def test_uninitialised_memory_behind_kernel_level_variance(x):
+    result = diagnose_nondeterminism(ScattersIntoGarbage(), x)
+    assert result.category == "Uninitialised memory", str(result)
+    assert "otherwise vary with what that memory held" in result.verdict
+    assert [(t.name, t.outcome) for t in result.trials][-2:] == [
+        ("reseeded, deterministic algorithms, uninitialised memory filled with 0x3F", "identical"),
+        ("reseeded, deterministic algorithms, uninitialised memory filled with 0xC1 (vs 0x3F)", "varies"),
+    ]
+    assert result.first_divergence == "the model (ScattersIntoGarbage)"  # proj agrees
+
+
+def test_bytes_added_by_resize_are_uninitialised(x):
+    assert diagnose_nondeterminism(ResizesInPlace(), x).category == "Uninitialised memory"
 
 
 def test_python_side_drift_is_outside_torch(x):
@@ -124,6 +171,10 @@ def test_kernel_level_fixed_by_deterministic_algorithms(x):
     result = diagnose_nondeterminism(Scatters(torch.ops.pytest_torch_tests.racy_sum), x)
     assert result.category == "Kernel-level"
     assert "disappears with torch.use_deterministic_algorithms(True)" in result.verdict
+    assert [(t.name, t.runs, t.outcome) for t in result.trials][2:] == [
+        ("reseeded, deterministic algorithms, uninitialised memory filled with 0x3F", 5, "identical"),
+        ("reseeded, deterministic algorithms, uninitialised memory filled with 0xC1 (vs 0x3F)", 1, "identical"),
+    ]
     assert "--torch-deterministic" in result.verdict
     assert result.first_divergence == "the model (Scatters)"  # proj agrees in every run
 
@@ -179,4 +230,4 @@ def test_every_verdict_on_real_models(pytester, run):
     pytester.makepyfile(test_models=MODELS)
     result = run("-v")
     assert result.ret == 0, result.stdout.str()
-    result.assert_outcomes(passed=11)
+    result.assert_outcomes(passed=15)

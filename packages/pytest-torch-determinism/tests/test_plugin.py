@@ -7,6 +7,8 @@ import os
 import pytest
 import torch
 
+from pytest_torch.determinism import cublas
+
 SUITE = """
 import os
 import torch
@@ -37,6 +39,20 @@ def test_z_restored():
 @pytest.fixture(autouse=True)
 def _no_cublas_setting(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    # CUDA as a fresh process sees it, whatever ran before in this one
+    monkeypatch.setattr(cublas, "cuda_initialised", lambda: False)
+
+
+# records the variable when pytest imports it, before any test
+CONFTEST = """
+import os
+
+SEEN = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+
+
+def pytest_report_header():
+    return f"conftest import saw CUBLAS_WORKSPACE_CONFIG={SEEN}"
+"""
 
 
 def _suite(pytester, expected: bool, warn_only: bool = False) -> None:
@@ -52,7 +68,13 @@ def test_flag_turns_deterministic_mode_on_for_seeded_tests(pytester, run):
     _suite(pytester, expected=True)
     result = run("--torch-deterministic")
     result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines(["torch: deterministic algorithms for tests using torch_seed"])
+    result.stdout.fnmatch_lines(
+        [
+            "torch: deterministic algorithms for tests using torch_seed",
+            "torch: CUBLAS_WORKSPACE_CONFIG=:4096:8 (set for this session)",
+        ]
+    )
+    assert "PytestConfigWarning" not in result.stdout.str()
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ  # the session put it back
     assert not torch.are_deterministic_algorithms_enabled()
 
@@ -77,6 +99,95 @@ def test_an_existing_cublas_setting_is_kept(pytester, run, monkeypatch):
     )
     run("--torch-deterministic").assert_outcomes(passed=1)
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+@pytest.mark.parametrize("how", ["flag", "ini"])
+def test_set_before_the_conftests_are_imported(pytester, run, how):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile("def test_nothing(): pass")
+    if how == "ini":
+        pytester.makeini("[pytest]\ntorch_deterministic = true\n")
+    result = run("--torch-deterministic") if how == "flag" else run()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["conftest import saw CUBLAS_WORKSPACE_CONFIG=:4096:8"])
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+def test_not_set_without_the_flag(pytester, run):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile("def test_nothing(): pass")
+    result = run()
+    result.stdout.fnmatch_lines(["conftest import saw CUBLAS_WORKSPACE_CONFIG=None"])
+    result.stdout.no_fnmatch_line("torch: CUBLAS_WORKSPACE_CONFIG*")
+
+
+def test_a_plugin_registered_by_a_conftest_sets_it_at_configure(pytester, monkeypatch):
+    # too late for the conftest that names it, in time for every test
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeconftest(CONFTEST + '\npytest_plugins = ["torch_determinism"]\n')
+    pytester.makepyfile(
+        """
+        import os
+
+        def test_set(torch_seed):
+            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        """
+    )
+    result = pytester.runpytest("--torch-deterministic")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "conftest import saw CUBLAS_WORKSPACE_CONFIG=None",
+            "torch: CUBLAS_WORKSPACE_CONFIG=:4096:8 (set for this session)",
+        ]
+    )
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+@pytest.mark.parametrize("exported", [":0:0", ""])
+def test_a_non_deterministic_export_warns_and_is_kept(pytester, run, monkeypatch, exported):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", exported)
+    pytester.makepyfile("def test_nothing(): pass")
+    result = run("--torch-deterministic")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"torch: CUBLAS_WORKSPACE_CONFIG={exported!r} is exported, which is not deterministic:"
+            " export CUBLAS_WORKSPACE_CONFIG=:4096:8 instead (see the warning)",
+            "*warnings summary*",
+            f"*PytestConfigWarning: --torch-deterministic: CUBLAS_WORKSPACE_CONFIG={exported!r} is"
+            " exported, but torch accepts only :4096:8 or :16:8 under deterministic algorithms:"
+            " every CUDA matrix product in a test using torch_seed will raise. Export"
+            " CUBLAS_WORKSPACE_CONFIG=:4096:8 instead (or :16:8: less memory, maybe slower), or"
+            " unset it and the plugin sets :4096:8 for the session.",
+        ]
+    )
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == exported
+
+
+def test_a_warning_when_cuda_was_initialised_first(pytester, run, monkeypatch):
+    monkeypatch.setattr(cublas, "cuda_initialised", lambda: True)
+    pytester.makepyfile("def test_nothing(): pass")
+    result = run("--torch-deterministic")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "torch: CUBLAS_WORKSPACE_CONFIG=:4096:8 (set for this session), after CUDA was"
+            " initialised (see the warning)",
+            "*PytestConfigWarning: --torch-deterministic set CUBLAS_WORKSPACE_CONFIG=:4096:8, but"
+            " CUDA was already initialised (by a plugin or conftest imported before)*Export it"
+            " before starting pytest: CUBLAS_WORKSPACE_CONFIG=:4096:8 pytest ...",
+        ]
+    )
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+def test_restored_when_start_up_fails(pytester, run):
+    pytester.makeconftest("raise RuntimeError('a broken conftest')")
+    pytester.makepyfile("def test_nothing(): pass")
+    result = run("--torch-deterministic")
+    assert result.ret != 0
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 
 
 def test_an_op_without_a_deterministic_implementation_fails_the_test(pytester, run):
@@ -108,20 +219,25 @@ def test_options_are_listed(pytester, run):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_real_cuda_nondeterminism_is_kernel_level():
+def test_real_cuda_nondeterminism_is_kernel_level(cuda, torch_seed):
     from pytest_torch.determinism import diagnose_nondeterminism
 
-    torch.manual_seed(0)
-    index = torch.randint(0, 8, (1 << 20,), device="cuda")
-    values = torch.randn(1 << 20, device="cuda")
+    # torch_seed seeds these draws and puts every generator back afterwards
+    index = torch.randint(0, 8, (1 << 20,), device=cuda)
+    values = torch.randn(1 << 20, device=cuda)
 
-    def index_add(v):
-        return torch.zeros(8, device="cuda").index_add_(0, index, v)
+    def index_add(v):  # atomic float additions in another order on every run
+        return torch.zeros(8, device=cuda).index_add_(0, index, v)
 
     def scatter_add(v):
-        return torch.zeros(8, device="cuda").scatter_add_(0, index, v)
+        return torch.zeros(8, device=cuda).scatter_add_(0, index, v)
 
-    for fn in (index_add, scatter_add):
-        result = diagnose_nondeterminism(fn, values, runs=10)
-        assert result.category == "Kernel-level", (fn.__name__, str(result))
+    result = diagnose_nondeterminism(index_add, values, runs=10)
+    assert result.category == "Kernel-level", str(result)
+    # CUDA's index_add_ has a deterministic implementation (a sorted index_put_)
+    assert "disappears with torch.use_deterministic_algorithms(True)" in result.verdict
+    assert [t.outcome for t in result.trials] == ["varies", "varies", "identical", "identical"]
+    # fixed, or an op without a deterministic implementation, by torch version
+    result = diagnose_nondeterminism(scatter_add, values, runs=10)
+    assert result.category == "Kernel-level", str(result)
     assert not torch.are_deterministic_algorithms_enabled()

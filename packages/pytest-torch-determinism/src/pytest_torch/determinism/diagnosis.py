@@ -4,16 +4,22 @@ The model runs several times under each setting; a setting that makes the runs
 identical names the cause:
 
 1. as called — identical runs mean *Deterministic* (after one more check: outputs that
-   change when torch fills uninitialised memory mean *Uninitialised memory*);
+   change with the bytes in memory from ``torch.empty`` mean *Uninitialised memory*);
 2. with the model's state (and the inputs) restored before each run — *State mutation*;
 3. with every RNG reseeded before each run — *Randomness-driven*;
 4. with deterministic algorithms on — *Kernel-level* (fixed by them, or an op that has
-   no deterministic implementation), unless the outputs only became identical because
-   torch filled uninitialised memory — *Uninitialised memory*;
+   no deterministic implementation), unless the outputs change with the bytes in
+   memory from ``torch.empty`` — *Uninitialised memory*;
 5. none of these helps — *Outside torch*.
 
-Every global switch, random generator, parameter, buffer and input is put back
-afterwards, also when a run raises.
+The uninitialised-memory probe fills every tensor an ``empty``-family op returns with
+one byte pattern in one run and another in the next (:func:`probes.uninitialised_filled`),
+so the runs differ exactly where the outputs read memory nobody wrote, on every device.
+When torch refuses deterministic mode for cuBLAS (``CUBLAS_WORKSPACE_CONFIG``), the
+verdict is *Inconclusive* and says how to fix it.
+
+Every global switch, random generator, parameter, buffer, input and environment
+variable is put back afterwards, also when a run raises.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_torch.determinism import flags
+from pytest_torch.determinism import cublas, flags
 from pytest_torch.determinism.outputs import Difference, Leaves, differences, freeze, has_nan
 from pytest_torch.determinism.probes import (
     TensorState,
@@ -31,10 +37,10 @@ from pytest_torch.determinism.probes import (
     input_state,
     module_of,
     module_outputs,
-    poison,
+    pattern_name,
     random_ops,
     state_of,
-    uninitialised_blocks,
+    uninitialised_filled,
 )
 
 DETERMINISTIC = "Deterministic"
@@ -43,6 +49,7 @@ KERNEL = "Kernel-level"
 UNINITIALISED = "Uninitialised memory"
 STATE = "State mutation"
 OUTSIDE = "Outside torch"
+INCONCLUSIVE = "Inconclusive"
 #: the seed every generator gets before each run of the reseeded experiments
 SEED = 0
 
@@ -53,13 +60,18 @@ class Trial:
 
     name: str
     runs: int
-    #: "identical", "varies", or "raised" (an op refused deterministic mode)
+    #: "identical", "varies", or "raised" (an op or cuBLAS refused deterministic mode; in
+    #: the uninitialised-memory probe, any error)
     outcome: str
     #: the largest difference of each later run from the first (0.0: bitwise identical)
     max_differences: list[float] = field(default_factory=list)
     first_difference: Difference | None = None
     error: str | None = None
     outputs: list[Leaves] = field(default_factory=list, repr=False)
+    #: whether the runs had deterministic algorithms on
+    deterministic_algorithms: bool = False
+    #: whether the error was torch refusing cuBLAS (CUBLAS_WORKSPACE_CONFIG)
+    cublas_refused: bool = False
 
 
 @dataclass
@@ -116,21 +128,6 @@ class _Subject:
     def call(self) -> Any:
         return self.target(*self.inputs, **self.kwargs)
 
-    def poisoner(self) -> Callable[[], None]:
-        """Something to run before a run without the fill (see :func:`probes.poison`)."""
-        from pytest_torch.core import seeding
-
-        rng = seeding.capture()
-        try:
-            self.reset()
-            blocks = uninitialised_blocks(self.call)
-        except RuntimeError:  # an op that refuses to be traced: no poisoning then
-            blocks = []
-        finally:
-            self.reset()
-            seeding.restore(rng)
-        return lambda: poison(blocks)
-
     def reset(self) -> None:
         if self.state is not None:
             self.state.restore()
@@ -150,27 +147,38 @@ class _Subject:
         reset: bool,
         reseed: bool,
         switches: flags.Flags | None = None,
-        before_run: Callable[[], object] | None = None,
+        pattern: int | None = None,
+        probe: bool = False,
     ) -> Trial:
+        """``runs`` calls under one setting; ``pattern``: fill memory from torch.empty with
+        that run pattern's byte; ``probe``: any error ends the trial as "raised" (the
+        bytes of the probe may send a buggy model down a path that fails)."""
         from pytest_torch.core import seeding
 
         outputs: list[Leaves] = []
         error = None
+        refused_cublas = False
+        deterministic = switches.deterministic if switches is not None else False
         with flags.using(switches):
             for _ in range(runs):
                 if reset:
                     self.reset()
                 if reseed:
                     seeding.seed_all(SEED)
-                if before_run is not None:
-                    before_run()
                 try:
-                    result = self.call()
-                except RuntimeError as exc:
+                    with uninitialised_filled(pattern):
+                        result = self.call()
+                except Exception as exc:
                     op = flags.op_without_deterministic_implementation(exc)
-                    if switches is None or op is None:
+                    if deterministic and op is not None:
+                        error = f"{op} has no deterministic implementation"
+                    elif deterministic and cublas.refused(exc):
+                        error = f"cuBLAS refused deterministic mode ({cublas.VARIABLE})"
+                        refused_cublas = True
+                    elif probe:
+                        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+                    else:
                         raise
-                    error = f"{op} has no deterministic implementation"
                     break
                 outputs.append(freeze(result))
                 if not reset:
@@ -185,8 +193,27 @@ class _Subject:
             next((diffs[0] for diffs in found if diffs), None),
             error,
             outputs,
+            deterministic,
+            refused_cublas,
         )
         return trial
+
+    def record(
+        self, switches: flags.Flags | None, pattern: int | None, fresh: bool
+    ) -> list[tuple[str, Leaves]]:
+        """Every submodule's output in one run (see :func:`probes.module_outputs`);
+        ``fresh``: with state restored and the RNG reseeded first."""
+        from pytest_torch.core import seeding
+
+        assert self.module is not None
+        if fresh:
+            self.reset()
+            seeding.seed_all(SEED)
+        with flags.using(switches), uninitialised_filled(pattern):
+            try:
+                return module_outputs(self.call, self.module)
+            except Exception:  # a setting the model refuses: no divergence then
+                return []
 
 
 def diagnose_nondeterminism(
@@ -206,7 +233,9 @@ def diagnose_nondeterminism(
             f" {type(model_or_callable).__name__}"
         )
     subject = _Subject(model_or_callable, inputs, kwargs)
-    with flags.preserved():
+    # from the first run on: torch reads CUBLAS_WORKSPACE_CONFIG at the process's first
+    # CUDA matrix product, which may be in the first run, not at the deterministic ones
+    with flags.preserved(), cublas.deterministic_workspace():
         try:
             return _diagnose(subject, runs)
         finally:
@@ -235,83 +264,88 @@ def _diagnose(subject: _Subject, runs: int) -> Diagnosis:
         subject.reset()
         # no random op of torch's ran: reseeding may have helped by chance (garbage
         # that happened to match), unless Python's or NumPy's generators were used
-        if not seen and _reads_uninitialised(subject, trials, reseeded):
+        if not seen and _reads_uninitialised(subject, trials, None):
             return _finish(subject, trials, UNINITIALISED, _uninitialised_verdict(varies=True))
         return _finish(subject, trials, RANDOMNESS, _random_verdict(seen), seen)
-    # without the fill first, and over poisoned blocks: memory an earlier fill wrote NaN
-    # into would otherwise come back as "garbage" equal to the fill
-    without_fill = subject.trial(
-        "reseeded, deterministic algorithms, uninitialised memory not filled",
+    # deterministic mode also fills memory from torch.empty with NaN, which would make
+    # runs that read it agree: the same bytes of our own in every run instead, then one
+    # run with other bytes tells the two causes apart
+    switches = flags.deterministic()
+    fixed = subject.trial(
+        f"reseeded, deterministic algorithms, uninitialised memory filled with {pattern_name(0)}",
         runs,
         reset=True,
         reseed=True,
-        switches=flags.deterministic(fill_uninitialized_memory=False),
-        before_run=subject.poisoner(),
+        switches=switches,
+        pattern=0,
     )
-    trials.append(without_fill)
-    if without_fill.outcome == "raised":
-        assert without_fill.error is not None
-        return _finish(subject, trials, KERNEL, _unsupported_verdict(without_fill.error))
-    with_fill = subject.trial(
-        "reseeded, deterministic algorithms",
-        runs,
-        reset=True,
-        reseed=True,
-        switches=flags.deterministic(),
-    )
-    trials.append(with_fill)
-    if with_fill.outcome == "varies":
+    trials.append(fixed)
+    if fixed.outcome == "raised":
+        assert fixed.error is not None
+        if fixed.cublas_refused:
+            return _finish(subject, trials, INCONCLUSIVE, _cublas_verdict())
+        return _finish(subject, trials, KERNEL, _unsupported_verdict(fixed.error))
+    if fixed.outcome == "varies":
         return _finish(subject, trials, OUTSIDE, _outside_verdict())
-    # NaN under the fill means the fill reached the outputs: never advise that mode then
-    if _fill_matters(without_fill, with_fill, reference=reseeded) or has_nan(with_fill.outputs[0]):
-        varies = without_fill.outcome == "varies"
-        return _finish(subject, trials, UNINITIALISED, _uninitialised_verdict(varies=varies))
+    if _reads_uninitialised(subject, trials, switches, first=fixed, reference=reseeded):
+        return _finish(
+            subject, trials, UNINITIALISED, _uninitialised_verdict(varies=True), probe=switches
+        )
     return _finish(subject, trials, KERNEL, _fixed_verdict())
 
 
-def _fill_matters(without_fill: Trial, with_fill: Trial, reference: Trial) -> bool:
-    """Whether filling uninitialised memory changed the outputs: then they read it."""
-    if not with_fill.outputs or not without_fill.outputs:
-        return False
-    if without_fill.outcome != "identical":
-        return True  # and the fill made them identical
-    if differences(without_fill.outputs[0], with_fill.outputs[0]):
+def _reads_uninitialised(
+    subject: _Subject,
+    trials: list[Trial],
+    switches: flags.Flags | None,
+    first: Trial | None = None,
+    reference: Trial | None = None,
+) -> bool:
+    """Whether the outputs change with the bytes in memory from torch.empty: one run
+    with each pattern (``first``: a trial that already ran with the first one)."""
+    if first is None:
+        first = _probe(subject, switches, 0)
+        trials.append(first)
+    second = _probe(subject, switches, 1)
+    trials.append(second)
+    if first.outcome == "raised" or second.outcome == "raised":
+        return False  # cannot tell; the errors are in the report
+    # the second probe's row compares its run with the first pattern's run
+    found = differences(first.outputs[0], second.outputs[0])
+    second.outcome = "varies" if found else "identical"
+    second.max_differences = [max((d.max_abs for d in found), default=0.0)]
+    second.first_difference = found[0] if found else None
+    if found:
         return True
-    # the fill's NaN where runs without deterministic mode had none
-    return has_nan(with_fill.outputs[0]) and not any(has_nan(o) for o in reference.outputs)
+    # NaN that only deterministic mode's fill can have put there (an op the probe does
+    # not see, such as a resize_ inside a kernel)
+    return (
+        reference is not None
+        and has_nan(first.outputs[0])
+        and not any(has_nan(o) for o in reference.outputs)
+    )
 
 
-def _reads_uninitialised(subject: _Subject, trials: list[Trial], reference: Trial) -> bool:
-    """One run without and one with the fill of uninitialised memory: do they differ?"""
-    poisoner = subject.poisoner()
-    probes = [
-        subject.trial(
-            f"deterministic algorithms, uninitialised memory {'filled' if fill else 'not filled'}",
-            1,
-            reset=True,
-            reseed=True,
-            switches=flags.deterministic(fill_uninitialized_memory=fill),
-            before_run=None if fill else poisoner,
-        )
-        for fill in (False, True)  # without the fill first (see _diagnose)
-    ]
-    trials += probes  # facts either way
-    if any(p.outcome == "raised" for p in probes):
-        return False
-    return _fill_matters(probes[0], probes[1], reference)
+def _probe(subject: _Subject, switches: flags.Flags | None, pattern: int) -> Trial:
+    setting = "reseeded, deterministic algorithms," if switches is not None else "reseeded,"
+    against = f" (vs {pattern_name(0)})" if pattern else ""
+    return subject.trial(
+        f"{setting} uninitialised memory filled with {pattern_name(pattern)}{against}",
+        1,
+        reset=True,
+        reseed=True,
+        switches=switches,
+        pattern=pattern,
+        probe=True,
+    )
 
 
 def _when_identical(subject: _Subject, trials: list[Trial]) -> Diagnosis:
-    # identical garbage is still garbage: filling uninitialised memory must not matter
-    if _reads_uninitialised(subject, trials, trials[0]):
+    # identical garbage is still garbage: the bytes in memory from torch.empty must not matter
+    if _reads_uninitialised(subject, trials, None):
         return _finish(subject, trials, UNINITIALISED, _uninitialised_verdict(varies=False))
     count = len(trials[0].outputs)
     verdict = f"{DETERMINISTIC}: {count} runs gave bitwise identical outputs."
-    if has_nan(trials[0].outputs[0]):
-        verdict += (
-            " They contain NaN, which is also what a read of uninitialised memory gives"
-            " when the block last held torch's NaN fill: check for torch.empty."
-        )
     if subject.changed:
         verdict += (
             f" The call changes {', '.join(subject.changed)}; the outputs do not depend on it"
@@ -326,20 +360,16 @@ def _finish(
     category: str,
     verdict: str,
     seen: list[str] | None = None,
+    probe: flags.Flags | None = None,
 ) -> Diagnosis:
+    """The diagnosis, with the first divergence between two recorded runs: for
+    uninitialised memory, the probe's two runs (under the ``probe`` switches)."""
     divergence = None
     if subject.module is not None:
-        module = subject.module
-        switches: list[flags.Flags | None] = [None, None]
         if category == UNINITIALISED:
-            switches = [flags.deterministic(fill_uninitialized_memory=False), flags.deterministic()]
-        recorded = []
-        for setting in switches:
-            with flags.using(setting):
-                try:
-                    recorded.append(module_outputs(subject.call, module))
-                except RuntimeError:  # an op that refuses the setting: no divergence then
-                    recorded.append([])
+            recorded = [subject.record(probe, pattern, fresh=True) for pattern in (0, 1)]
+        else:
+            recorded = [subject.record(None, None, fresh=False) for _ in range(2)]
         subject.reset()
         divergence = first_divergence(recorded[0], recorded[1])
     return Diagnosis(category, verdict, divergence, trials, seen or [], list(subject.changed))
@@ -396,9 +426,19 @@ def _uninitialised_verdict(varies: bool) -> str:
     seen = "vary with what that memory held" if varies else "are identical only by luck"
     return (
         f"{UNINITIALISED}: the outputs read memory that was never written (torch.empty,"
-        f" new_empty, empty_like): they change when torch fills uninitialised memory and"
-        f" otherwise {seen}. Deterministic mode would only hide this behind NaN fills:"
-        f" initialise the tensor (torch.zeros) or write every element before reading it."
+        f" new_empty, empty_like): they change when that memory holds other bytes (the"
+        f" diagnosis wrote {pattern_name(0)} into it in one run, {pattern_name(1)} in"
+        f" another) and otherwise {seen}. Deterministic mode would only hide this behind"
+        f" NaN fills: initialise the tensor (torch.zeros) or write every element before"
+        f" reading it."
+    )
+
+
+def _cublas_verdict() -> str:
+    return (
+        f"{INCONCLUSIVE}: the variance stays when the RNG is reseeded, and the experiment"
+        f" with deterministic algorithms could not run: {cublas.refusal_explained()}, then"
+        f" diagnose again to tell kernels from other causes."
     )
 
 

@@ -179,30 +179,76 @@ def first_divergence(
     return None
 
 
-#: ops that hand out memory nobody wrote: what deterministic mode's fill covers
-_EMPTY_OPS = ("empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided")
+#: ops that hand out memory nobody wrote (what deterministic mode's NaN fill covers, with
+#: resize_, whose new bytes are handled apart)
+_EMPTY_OPS = frozenset(
+    ("empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided")
+)
+#: the byte each run of the uninitialised-memory probe writes into such memory: two runs
+#: with different bytes differ exactly where the outputs depend on memory nobody wrote
+#: (0x3F... is 0.747 as float32, 0xC1... is -24.2; bool memory gets 0 and 1 instead)
+PATTERNS = (0x3F, 0xC1)
 
 
-def uninitialised_blocks(run: Callable[[], object]) -> list[tuple[str, int]]:
-    """(device, bytes) of every tensor one run creates without writing it (torch.empty
-    and friends, called from Python or from composite ops)."""
+def pattern_name(pattern: int) -> str:
+    return f"0x{PATTERNS[pattern]:02X}"
+
+
+def _fill(tensor: Any, pattern: int, start: int = 0) -> None:
+    """Write run ``pattern``'s byte into the storage of ``tensor`` from byte ``start``."""
     import torch
 
-    blocks: list[tuple[str, int]] = []
+    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
+        return
+    if tensor.device.type == "meta":
+        return
+    try:
+        storage = tensor.untyped_storage()
+        if storage.nbytes() <= start:
+            return
+        # a bool holding any byte but 0 or 1 is undefined behaviour in torch's kernels
+        byte = pattern % 2 if tensor.dtype == torch.bool else PATTERNS[pattern]
+        raw = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)
+        raw[start:].fill_(byte)
+    except (RuntimeError, NotImplementedError):  # a storage torch will not lend (a subclass)
+        return
 
-    def note(func: Any, result: Any) -> None:
-        if func.overloadpacket.__name__ in _EMPTY_OPS and isinstance(result, torch.Tensor):
-            blocks.append((str(result.device), int(result.untyped_storage().nbytes())))
 
-    with _recording_mode(note):
-        run()
-    return blocks
-
-
-def poison(blocks: list[tuple[str, int]]) -> None:
-    """Write a pattern into blocks of these sizes and free them, so the allocator hands
-    the pattern, not an earlier NaN fill, to the next torch.empty of the same size."""
+def _filling_mode(pattern: int) -> Any:
+    """A torch dispatch mode that fills the memory of every tensor an ``empty``-family op
+    returns, and the bytes ``resize_`` adds, with run ``pattern``'s byte."""
     import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    held = [torch.full((size,), 0x3F, dtype=torch.uint8, device=device) for device, size in blocks]
-    del held
+    base: Any = TorchDispatchMode  # untyped in torch: subclass it as Any
+
+    class _Filling(base):  # type: ignore[misc]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            name = func.overloadpacket.__name__
+            grown_from = None
+            if name == "resize_" and args and isinstance(args[0], torch.Tensor):
+                grown_from = args[0].untyped_storage().nbytes()
+            result = func(*args, **(kwargs or {}))
+            # the mode is off inside this method: the fill is not seen by it
+            if name in _EMPTY_OPS:
+                _fill(result, pattern)
+            elif grown_from is not None:
+                _fill(args[0], pattern, start=grown_from)
+            return result
+
+    return _Filling()
+
+
+@contextlib.contextmanager
+def uninitialised_filled(pattern: int | None) -> Iterator[None]:
+    """Run the block with memory from ``torch.empty`` and friends (called from Python or
+    from composite ops) filled with the byte of run ``pattern`` (an index into
+    :data:`PATTERNS`; None: as torch hands it out). This overwrites torch's own NaN fill
+    of deterministic mode too, so the probe works with that mode on or off."""
+    if pattern is None:
+        yield
+        return
+    with _filling_mode(pattern):
+        yield
