@@ -106,9 +106,57 @@ def test_memory_fractions():
     for bad in ("0", "1.5", "-0.1", "half"):
         with pytest.raises(gpus.GpuSettingError, match=r"f: expected auto or a fraction"):
             gpus.parse_fraction(bad, "f")
-    # 16 GiB, 1 GiB reserved for contexts, split between two workers
-    assert gpus.auto_fraction(16 * 2**30, 2) == pytest.approx(15 / 16 / 2)
+    # 16 GiB: 1 GiB kept for the GPU and 1 GiB for each of the two worker processes
+    assert gpus.auto_fraction(16 * 2**30, 2) == pytest.approx((16 - 1 - 2) / 2 / 16)
+    assert gpus.auto_fraction(16 * 2**30, 1) == pytest.approx(14 / 16)
+    # 141 GiB (an H200) shared by eight: the reserves grow with the processes
+    assert gpus.auto_fraction(141 * 2**30, 8) == pytest.approx((141 - 1 - 8) / 8 / 141)
     assert gpus.auto_fraction(None, 4) == 0.25
+
+
+def test_auto_fraction_refuses_a_share_too_small_to_use():
+    # 8 GiB for six processes: 7 GiB reserved, 1/6 GiB each
+    with pytest.raises(gpus.GpuSettingError) as info:
+        gpus.auto_fraction(8 * 2**30, 6, "cuda:1")
+    message = str(info.value)
+    for part in (
+        "--torch-gpu-memory-fraction=auto: cuda:1 has 8.0 GiB and 6 worker process(es)",
+        "(7.0 GiB in all) that leaves 0.2 GiB each",
+        "at least 1.0 GiB per worker",
+        "fewer workers (-n)",
+        "more GPUs (--torch-xdist-gpus)",
+        "(--torch-gpu-memory-fraction=0.16, no reserve)",
+    ):
+        assert part in message, message
+    with pytest.raises(gpus.GpuSettingError, match="leaves nothing"):
+        gpus.auto_fraction(4 * 2**30, 4)
+    # the smallest share that still passes: exactly the minimum
+    total = (1 + 2 * (1 + 1)) * 2**30
+    assert gpus.auto_fraction(total, 2) == pytest.approx(1 / 5)
+
+
+def test_visible_value_maps_a_worker_through_the_outer_list():
+    assert gpus.visible_value("cuda", 1, None) == "1"
+    assert gpus.visible_value("cuda", 0, "") == "0"
+    assert gpus.visible_value("cuda", 1, "3,5") == "5"
+    assert gpus.visible_value("cuda", 0, " 2 , 7") == "2"
+    uuids = "GPU-8f3b1c2d-0000-1111-2222-333344445555,GPU-aaaa"
+    assert gpus.visible_value("cuda", 0, uuids) == "GPU-8f3b1c2d-0000-1111-2222-333344445555"
+    mig = "MIG-GPU-8f3b1c2d/1/0,MIG-4b8e2c6a-1111-2222-3333-444455556666"
+    assert gpus.visible_value("cuda", 1, mig) == "MIG-4b8e2c6a-1111-2222-3333-444455556666"
+    assert gpus.visible_value("cuda", 0, mig) == "MIG-GPU-8f3b1c2d/1/0"
+    assert gpus.visible_value("xpu", 1, "0.0,0.1") == "0.1"
+    with pytest.raises(
+        gpus.GpuSettingError, match=r"cuda:2 has no entry in CUDA_VISIBLE_DEVICES='3,5' \(2 entries"
+    ):
+        gpus.visible_value("cuda", 2, "3,5")
+
+
+def test_an_assignment_travels_as_a_dict_and_describes_itself():
+    narrowed = gpus.Assignment("cuda", 1, "CUDA_VISIBLE_DEVICES", "GPU-aaaa", 0.40625)
+    assert gpus.Assignment.from_dict(dict(narrowed._asdict())) == narrowed
+    assert narrowed.describe() == "cuda:1 (CUDA_VISIBLE_DEVICES=GPU-aaaa), 40.6% of its memory"
+    assert gpus.Assignment("cuda", 0, None, None, None).describe() == "cuda:0"
 
 
 def test_lock_is_shared_between_readers_and_exclusive_for_writers(tmp_path):

@@ -30,16 +30,22 @@ def log(**entry):
         out.write(json.dumps(entry) + "\\n")
 
 
-NAMES = ("is_available", "device_count", "total_memory", "set_current_device", "set_memory_fraction")
+NAMES = (
+    "is_available", "device_count", "default_device", "total_memory", "set_current_device",
+    "set_memory_fraction",
+)
 _saved = {name: getattr(devices, name) for name in NAMES}
-_available, _count = devices.is_available, devices.device_count
+_available, _count, _default = devices.is_available, devices.device_count, devices.default_device
 devices.is_available = lambda kind: kind == "cuda" or _available(kind)
 devices.device_count = lambda kind: 2 if kind == "cuda" else _count(kind)
+devices.default_device = lambda kind: devices.as_device("cuda:0") if kind == "cuda" else _default(kind)
 devices.total_memory = lambda device: 16 * 2**30
 devices.set_current_device = lambda device: log(call="set_current_device", device=str(device))
 devices.set_memory_fraction = lambda device, fraction: log(
     call="set_memory_fraction", device=str(device), fraction=fraction
 )
+# what this process's environment gave it before any conftest was imported
+log(call="import", visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 @pytest.hookimpl(trylast=True)  # after the plugin has lifted its memory cap
@@ -154,6 +160,7 @@ def record(name, torch_device):
         out.write(json.dumps({
             "test": name, "worker": os.environ["PYTEST_XDIST_WORKER"],
             "device": str(torch_device), "start": start, "end": time.time(),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }) + "\\n")
 
 
@@ -170,38 +177,59 @@ def test_exclusive(i, torch_device):
     record(f"exclusive{i}", torch_device)
 
 
-def test_cpu_only():
-    pass
+@pytest.mark.parametrize("i", range(2))
+def test_without_the_fixture(i):  # might use "cuda" itself: the plugin cannot tell
+    record(f"plain{i}", None)
 """
 
 
 @pytest.fixture
-def gpu_suite(pytester, monkeypatch):
+def fake_gpus(pytester, monkeypatch):
+    """Two fake 16 GiB CUDA GPUs in inner runs; the log of what the plugin asked."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     log = pytester.path / "gpus.jsonl"
     monkeypatch.setenv("FAKE_GPU_LOG", str(log))
     pytester.makeconftest(FAKE_GPUS)
-    pytester.makepyfile(test_gpus=GPU_SUITE)
     return log
+
+
+@pytest.fixture
+def gpu_suite(pytester, fake_gpus):
+    pytester.makepyfile(test_gpus=GPU_SUITE)
+    return fake_gpus
 
 
 def test_workers_are_spread_over_gpus_with_identical_test_ids(gpu_suite, run_workers, pytester):
     result = run_workers("--torch-xdist-gpus=0,1", "--torch-gpu-memory-fraction=auto", "-v")
-    result.assert_outcomes(passed=9)
-    result.stdout.fnmatch_lines(["  gw0: cuda:0, *", "  gw1: cuda:1, *"])
+    result.assert_outcomes(passed=10)
+    # one process per GPU of 16 GiB: 1 GiB kept for the GPU, 1 GiB for the process
+    result.stdout.fnmatch_lines(
+        [
+            "  gw0: cuda:0 (CUDA_VISIBLE_DEVICES=0), 87.5% of its memory, *",
+            "  gw1: cuda:1 (CUDA_VISIBLE_DEVICES=1), 87.5% of its memory, *",
+        ]
+    )
     result.stdout.fnmatch_lines(["*PASSED test_gpus.py::test_shared?cuda-0?*"])
     records = _lines(gpu_suite)
-    calls = {(r["worker"], r["call"], r["device"]) for r in records if "call" in r}
-    assert ("gw0", "set_current_device", "cuda:0") in calls
-    assert ("gw1", "set_current_device", "cuda:1") in calls
-    for worker in ("gw0", "gw1"):  # each worker alone on its GPU; the cap is lifted at exit
+    visible = {"gw0": "0", "gw1": "1"}
+    # the environment was narrowed before the worker imported the conftest
+    imports = [r for r in records if r.get("call") == "import" and r["worker"] != "main"]
+    assert sorted(imports, key=lambda r: r["worker"]) == [
+        {"call": "import", "visible": "0", "worker": "gw0"},
+        {"call": "import", "visible": "1", "worker": "gw1"},
+    ]
+    # each worker sees its GPU as cuda:0: nothing to switch to, no context made for it
+    assert not [r for r in records if r.get("call") == "set_current_device"]
+    for worker in ("gw0", "gw1"):  # the cap is lifted at exit
         fractions = [
-            r["fraction"]
+            (r["device"], r["fraction"])
             for r in records
             if r.get("call") == "set_memory_fraction" and r["worker"] == worker
         ]
-        assert fractions == [pytest.approx(15 / 16), 1.0]
+        assert fractions == [("cuda:0", pytest.approx(14 / 16)), ("cuda:0", 1.0)]
     tests = [r for r in records if "test" in r]
-    assert all(r["device"] == {"gw0": "cuda:0", "gw1": "cuda:1"}[r["worker"]] for r in tests)
+    assert {r["device"] for r in tests if r["device"] != "None"} == {"cuda:0"}
+    assert all(r["visible"] == visible[r["worker"]] for r in tests)
     # the same ids without xdist
     plain = pytester.runpytest_subprocess(
         "-p", "torch_xdist", "-p", "no:xdist", "--collect-only", "-q"
@@ -215,12 +243,15 @@ def test_workers_are_spread_over_gpus_with_identical_test_ids(gpu_suite, run_wor
 
 def test_an_exclusive_test_never_overlaps_another_test_on_its_gpu(gpu_suite, run_workers):
     result = run_workers("--torch-xdist-gpus=0", "--torch-gpu-memory-fraction=0.4")
-    result.assert_outcomes(passed=9)
+    result.assert_outcomes(passed=10)
     records = _lines(gpu_suite)
     fractions = [r["fraction"] for r in records if r.get("call") == "set_memory_fraction"]
     assert sorted(fractions) == [0.4, 0.4, 1.0, 1.0]
     tests = [r for r in records if "test" in r]
-    assert {r["device"] for r in tests} == {"cuda:0"}
+    assert {r["device"] for r in tests} == {"cuda:0", "None"}
+    assert {r["visible"] for r in tests} == {"0"}
+    assert len([r for r in tests if r["test"].startswith("plain")]) == 2
+    # tests without torch_device hold the lock too (checked below with the others)
     shared = [r for r in tests if r["test"].startswith("shared")]
     for exclusive in (r for r in tests if r["test"].startswith("exclusive")):
         for other in tests:
@@ -379,3 +410,143 @@ def test_workers_of_a_torch_free_suite_never_import_torch(pytester, run_workers,
         """
     )
     run_workers().assert_outcomes(passed=2)
+
+
+def test_an_outer_visible_list_is_mapped_entry_by_entry(gpu_suite, run_workers, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa-1111,MIG-bbbb-2222")
+    result = run_workers("--torch-xdist-gpus=1,0")
+    result.assert_outcomes(passed=10)
+    result.stdout.fnmatch_lines(
+        [
+            "  gw0: cuda:1 (CUDA_VISIBLE_DEVICES=MIG-bbbb-2222), *",
+            "  gw1: cuda:0 (CUDA_VISIBLE_DEVICES=GPU-aaaa-1111), *",
+        ]
+    )
+    tests = [r for r in _lines(gpu_suite) if "test" in r]
+    assert {r["worker"]: r["visible"] for r in tests} == {
+        "gw0": "MIG-bbbb-2222",
+        "gw1": "GPU-aaaa-1111",
+    }
+
+
+def test_a_fraction_alone_keeps_every_gpu_visible(gpu_suite, run_workers):
+    result = run_workers("--torch-gpu-memory-fraction=auto")
+    result.assert_outcomes(passed=10)
+    # two processes on the current GPU of 16 GiB: (16 - 1 - 2) / 2 GiB each
+    result.stdout.fnmatch_lines(["  gw0: cuda:0, 40.6% of its memory, *"])
+    records = _lines(gpu_suite)
+    assert {r["visible"] for r in records if "test" in r} == {None}
+    fractions = sorted(r["fraction"] for r in records if r.get("call") == "set_memory_fraction")
+    assert fractions == [pytest.approx(13 / 32)] * 2 + [1.0] * 2
+
+
+RESTART_SUITE = """
+import json, os, pathlib, time
+import pytest
+
+
+@pytest.mark.parametrize("i", range(12))
+def test_work(i):
+    time.sleep(0.3)
+    worker = os.environ["PYTEST_XDIST_WORKER"]
+    crashed = pathlib.Path(os.environ["FAKE_GPU_LOG"]).with_name("crashed")
+    if worker == "gw1" and not crashed.exists():
+        crashed.write_text("")
+        os._exit(1)
+"""
+
+
+def test_a_restarted_worker_keeps_the_gpu_of_the_one_it_replaces(fake_gpus, pytester, run_workers):
+    pytester.makepyfile(test_restart=RESTART_SUITE)
+    result = run_workers("--torch-xdist-gpus=0,1", "--max-worker-restart=1")
+    result.assert_outcomes(passed=11, failed=1)
+    imports = {
+        r["worker"]: r["visible"]
+        for r in _lines(fake_gpus)
+        if r.get("call") == "import" and r["worker"] != "main"
+    }
+    # gw2 replaces gw1 and is started from gw1's spec: GPU 1, not 2 mod 2 = 0
+    assert imports == {"gw0": "0", "gw1": "1", "gw2": "1"}
+
+
+def test_the_controller_gives_a_restarted_spec_the_same_assignment():
+    from types import SimpleNamespace
+
+    import execnet
+
+    from pytest_torch.xdist import gpus
+    from pytest_torch.xdist.plugin import ASSIGNMENT_KEY, XdistSettings, _Controller
+
+    settings = XdistSettings("auto", 2, None)
+    settings.assignments = [
+        gpus.Assignment("cuda", 0, "CUDA_VISIBLE_DEVICES", "3", 0.4),
+        gpus.Assignment("cuda", 1, "CUDA_VISIBLE_DEVICES", "5", 0.4),
+    ]
+    controller = _Controller(settings)
+    specs = [execnet.XSpec("popen"), execnet.XSpec("popen//env:OTHER=x")]
+    for number, spec in enumerate(specs):
+        spec.id = f"gw{number}"
+    controller.pytest_xdist_setupnodes(config=None, specs=specs)  # type: ignore[arg-type]
+    assert [spec.env for spec in specs] == [
+        {"CUDA_VISIBLE_DEVICES": "3"},
+        {"OTHER": "x", "CUDA_VISIBLE_DEVICES": "5"},
+    ]
+    specs[1].id = "gw2"  # what xdist does when it restarts a crashed gw1
+    node = SimpleNamespace(gateway=SimpleNamespace(spec=specs[1]), workerinput={"workerid": "gw2"})
+    controller.pytest_configure_node(node)
+    assert node.workerinput[ASSIGNMENT_KEY]["gpu"] == 1
+    assert specs[1].env["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_a_share_too_small_for_auto_fails_at_start(fake_gpus, pytester, run):
+    pytester.makepyfile("def test_one(): pass")
+    # 14 processes on 16 GiB: 15 GiB reserved, 1/14 GiB each
+    result = run(
+        "-p", "xdist", "-n", "14", "--torch-xdist-gpus=0", "--torch-gpu-memory-fraction=auto"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*--torch-gpu-memory-fraction=auto: cuda:0 has 16.0 GiB and 14 worker process(es)"
+            " share it; after reserving 1.0 GiB for the GPU and 1.0 GiB per process*"
+            "(15.0 GiB in all) that leaves 0.1 GiB each*Run fewer workers (-n)*"
+        ]
+    )
+
+
+def test_a_tx_spec_that_sets_the_visible_gpus_itself_is_a_usage_error(fake_gpus, pytester, run):
+    pytester.makepyfile("def test_one(): pass")
+    result = run("-p", "xdist", "--tx", "popen//env:CUDA_VISIBLE_DEVICES=1", "--torch-xdist-gpus=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--tx popen//env:CUDA_VISIBLE_DEVICES=1: this worker spec sets CUDA_VISIBLE_DEVICES*"]
+    )
+
+
+def _fractions(log) -> list[tuple[str, float]]:
+    return [
+        (r["device"], r["fraction"]) for r in _lines(log) if r.get("call") == "set_memory_fraction"
+    ]
+
+
+def test_a_fraction_without_workers_caps_this_process_and_is_lifted(fake_gpus, pytester, run):
+    pytester.makepyfile("def test_one(): pass")
+    result = run("-p", "no:xdist", "--torch-gpu-memory-fraction=auto")
+    result.assert_outcomes(passed=1)
+    # alone on the current GPU: (16 - 1 - 1) / 16
+    result.stdout.fnmatch_lines(
+        ["torch GPU memory: cuda:0 capped at 87.5% of its memory (--torch-gpu-memory-fraction)"]
+    )
+    assert _fractions(fake_gpus) == [("cuda:0", pytest.approx(14 / 16)), ("cuda:0", 1.0)]
+    fake_gpus.unlink()
+    # the ini twin, and the first GPU of --torch-xdist-gpus
+    pytester.makeini("[pytest]\ntorch_gpu_memory_fraction = 0.3\n")
+    result = run("-p", "no:xdist", "--torch-xdist-gpus=1,0")
+    result.assert_outcomes(passed=1)
+    assert _fractions(fake_gpus) == [("cuda:1", 0.3), ("cuda:1", 1.0)]
+
+
+def test_a_fraction_without_workers_is_lifted_when_a_test_fails(fake_gpus, pytester, run):
+    pytester.makepyfile("def test_one(): assert False")
+    run("-p", "no:xdist", "--torch-gpu-memory-fraction=0.5").assert_outcomes(failed=1)
+    assert _fractions(fake_gpus) == [("cuda:0", 0.5), ("cuda:0", 1.0)]

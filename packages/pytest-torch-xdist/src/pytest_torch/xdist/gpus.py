@@ -7,15 +7,21 @@ is the first visible one. Device questions go through the core device layer.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+from typing import Any, NamedTuple
 
 from pytest_torch.core import devices
 
 #: accelerator types a worker can be given, in order of preference
 GPU_TYPES = ("cuda", "xpu")
-#: memory left to each GPU's contexts (CUDA/XPU runtime, cuBLAS/cuDNN workspaces) and
-#: the allocator's fragmentation before the workers' fractions are split
-CONTEXT_RESERVE_BYTES = 1 << 30
+#: memory kept back once per GPU (driver, the allocators' fragmentation) by ``auto``
+GPU_RESERVE_BYTES = 1 << 30
+#: memory kept back for each process on a GPU by ``auto``: its CUDA/XPU context and the
+#: kernels and handles of cuBLAS/cuDNN live outside the caching allocator, so the
+#: per-process fraction does not count them (a context alone is 0.3-0.6 GiB)
+PROCESS_RESERVE_BYTES = 1 << 30
+#: below this much memory per worker, ``auto`` refuses to start
+MIN_SHARE_BYTES = 1 << 30
 VISIBILITY_VARIABLES = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
 
@@ -92,9 +98,82 @@ def parse_fraction(value: object, source: str) -> float | str:
     return fraction
 
 
-def auto_fraction(total_bytes: int | None, sharing: int) -> float:
-    """Each of ``sharing`` workers' share of a GPU, after the context reserve."""
-    usable = 1.0
-    if total_bytes:
-        usable = max(0.05, 1 - CONTEXT_RESERVE_BYTES / total_bytes)
-    return usable / max(1, sharing)
+def _gib(size: float) -> str:
+    return f"{size / 2**30:.1f} GiB"
+
+
+def auto_fraction(total_bytes: int | None, sharing: int, where: str = "the GPU") -> float:
+    """Each of ``sharing`` processes' share of a GPU of ``total_bytes``, after
+    :data:`GPU_RESERVE_BYTES` for the GPU and :data:`PROCESS_RESERVE_BYTES` for each
+    process. Raises :class:`GpuSettingError` when a share would be under
+    :data:`MIN_SHARE_BYTES`. Without a known size: an even split."""
+    sharing = max(1, sharing)
+    if not total_bytes:
+        return 1 / sharing
+    reserve = GPU_RESERVE_BYTES + sharing * PROCESS_RESERVE_BYTES
+    share = (total_bytes - reserve) / sharing
+    if share < MIN_SHARE_BYTES:
+        left = f"{_gib(share)} each" if share > 0 else "nothing"
+        explicit = max(0.01, math.floor(100 / sharing) / 100)
+        raise GpuSettingError(
+            f"--torch-gpu-memory-fraction=auto: {where} has {_gib(total_bytes)} and"
+            f" {sharing} worker process(es) share it; after reserving {_gib(GPU_RESERVE_BYTES)}"
+            f" for the GPU and {_gib(PROCESS_RESERVE_BYTES)} per process for its context and"
+            f" library workspaces ({_gib(reserve)} in all) that leaves {left}, and auto needs"
+            f" at least {_gib(MIN_SHARE_BYTES)} per worker. Run fewer workers (-n), spread"
+            f" them over more GPUs (--torch-xdist-gpus), or set the fraction yourself"
+            f" (--torch-gpu-memory-fraction={explicit}, no reserve)."
+        )
+    return share / total_bytes
+
+
+def visible_value(kind: str, index: int, outer: str | None) -> str:
+    """The value of ``kind``'s visibility variable that shows a new process only the GPU
+    this process calls ``kind:index``.
+
+    Without an outer value (``CUDA_VISIBLE_DEVICES`` unset) that is the index itself;
+    with one, it is the index-th entry of the outer list, as text: an index, a GPU UUID
+    or a MIG id, so the worker sees exactly the device this process numbers ``index``.
+    """
+    if outer is None or not outer.strip():
+        return str(index)
+    entries = [entry.strip() for entry in outer.split(",")]
+    if not 0 <= index < len(entries) or not entries[index]:
+        variable = VISIBILITY_VARIABLES[kind]
+        raise GpuSettingError(
+            f"--torch-xdist-gpus: {kind}:{index} has no entry in {variable}={outer!r}"
+            f" ({len(entries)} entries, counted from 0); list the GPUs to use there or"
+            f" choose indices below {len(entries)}."
+        )
+    return entries[index]
+
+
+class Assignment(NamedTuple):
+    """What the controller gives one worker: sent in its ``workerinput`` as a dict."""
+
+    kind: str
+    #: the GPU as the controller numbers it (header, lock names)
+    gpu: int
+    #: the visibility variable set in the worker's environment, or None: not narrowed
+    variable: str | None
+    value: str | None
+    #: the per-process memory fraction to apply, or None
+    fraction: float | None
+
+    def describe(self) -> str:
+        text = f"{self.kind}:{self.gpu}"
+        if self.variable is not None:
+            text += f" ({self.variable}={self.value})"
+        if self.fraction is not None:
+            text += f", {self.fraction:.1%} of its memory"
+        return text
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Assignment:
+        return cls(
+            str(data["kind"]),
+            int(data["gpu"]),
+            None if data["variable"] is None else str(data["variable"]),
+            None if data["value"] is None else str(data["value"]),
+            None if data["fraction"] is None else float(data["fraction"]),
+        )

@@ -1,11 +1,14 @@
 """pytest wiring of the xdist plugin (entry point ``torch_xdist``).
 
-In each xdist worker: its GPU (current device, ``torch_device`` mapping through core's
-``pytest_torch_resolve_device`` hook, memory fraction), its share of the CPU cores,
-and the per-GPU lock that ``torch_gpu_exclusive`` tests take exclusively. The
-controller checks the options, prints what each worker gets and hands the workers a
-shared folder for the locks. Without ``-n`` the plugin only applies an explicit
-``--torch-num-threads=N`` and the ``torch_threads`` marker.
+The controller checks the options, decides which GPU and memory fraction each worker
+gets (:class:`~pytest_torch.xdist.gpus.Assignment`) and narrows each worker's visible
+GPUs to its own through the worker's environment (``CUDA_VISIBLE_DEVICES``, set by
+execnet before the worker imports anything), prints what each worker gets and hands
+the workers a shared folder for the per-GPU locks. In each worker: its memory fraction,
+``torch_device`` mapping through core's ``pytest_torch_resolve_device`` hook, its share
+of the CPU cores, and the GPU lock every test holds (``torch_gpu_exclusive`` tests
+exclusively). Without ``-n`` the plugin applies an explicit ``--torch-num-threads=N``,
+``--torch-gpu-memory-fraction`` and the ``torch_threads`` marker.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pytest_torch.core.cpus import available_cores
 from pytest_torch.core.options import add_option_with_ini, option_or_ini
 
 if TYPE_CHECKING:
-    from pytest_torch.xdist.gpus import GpuPlan
+    from pytest_torch.xdist.gpus import Assignment, GpuPlan
     from pytest_torch.xdist.locks import GpuLock
     from pytest_torch.xdist.threads import Applied, Plan
 
@@ -32,6 +35,9 @@ pytest_plugins = ["torch_core"]
 THREADS_MARKER = "torch_threads"
 EXCLUSIVE_MARKER = "torch_gpu_exclusive"
 LOCK_DIR_KEY = "torch_xdist_lock_dir"
+ASSIGNMENT_KEY = "torch_xdist_assignment"
+GPUS_SOURCE = "--torch-xdist-gpus (ini torch_xdist_gpus)"
+FRACTION_SOURCE = "--torch-gpu-memory-fraction (ini torch_gpu_memory_fraction)"
 
 
 class XdistSettings:
@@ -43,9 +49,14 @@ class XdistSettings:
         self.workers = workers  # 0 without xdist
         self.worker = worker  # this worker's number, None outside workers
         self.gpus: GpuPlan | None = None
+        self.narrow = False  # --torch-xdist-gpus given: each worker sees only its GPU
         self.fraction: float | str | None = None
-        self.device: str | None = None  # "cuda:1" in a worker that was given a GPU
+        self.assignments: list[Assignment] = []  # controller: one per worker
+        self.assignment: Assignment | None = None  # worker: its own
+        self.device: str | None = None  # what the worker's GPU is called in the worker
         self.fraction_device: str | None = None
+        #: the fraction in force before ours (torch's default 1.0 unless someone set one)
+        self.fraction_before = 1.0
         self.applied: Applied | None = None
         self.plan: Plan | None = None
         self.lock: GpuLock | None = None
@@ -109,8 +120,17 @@ def _xdist_workers(config: pytest.Config) -> int:
     count = config.getoption("numprocesses", default=None)
     if isinstance(count, int) and count > 0:
         return count
-    tx = config.getoption("tx", default=None) or []
-    return len(tx)
+    count = 0
+    for spec in config.getoption("tx", default=None) or []:  # "2*popen" is two workers
+        times, star, _ = str(spec).partition("*")
+        count += int(times) if star and times.isdigit() else 1
+    return count
+
+
+def _worker_number(workerid: object) -> int:
+    """``gw3`` -> 3; an id of the user's own (``--tx id=x//popen``) -> 0."""
+    number = str(workerid).removeprefix("gw")
+    return int(number) if number.isdigit() else 0
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -133,13 +153,13 @@ def pytest_configure(config: pytest.Config) -> None:
     except threads.ThreadSettingError as exc:
         raise pytest.UsageError(str(exc)) from None
     workerinput = getattr(config, "workerinput", None)
-    worker = None if workerinput is None else int(str(workerinput["workerid"]).removeprefix("gw"))
+    worker = None if workerinput is None else _worker_number(workerinput["workerid"])
     settings = XdistSettings(setting, _xdist_workers(config), worker)
     config.stash[settings_key] = settings
-    _check_gpu_options(config, settings)
     if worker is None:
+        _check_gpu_options(config, settings)
         _configure_main(config, settings)
-    else:
+    else:  # the controller checked the options and decided this worker's GPU
         _configure_worker(config, settings)
     if settings.applied is not None or settings.lock is not None:
         _need_runner(config)
@@ -154,16 +174,57 @@ def _check_gpu_options(config: pytest.Config, settings: XdistSettings) -> None:
 
     try:
         if fraction is not None:
-            settings.fraction = gpu_plans.parse_fraction(
-                fraction, "--torch-gpu-memory-fraction (ini torch_gpu_memory_fraction)"
-            )
-        settings.gpus = gpu_plans.parse_gpus(
-            "auto" if gpus is None else gpus, "--torch-xdist-gpus (ini torch_xdist_gpus)"
-        )
+            settings.fraction = gpu_plans.parse_fraction(fraction, FRACTION_SOURCE)
+        settings.gpus = gpu_plans.parse_gpus("auto" if gpus is None else gpus, GPUS_SOURCE)
     except gpu_plans.GpuSettingError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if gpus is None:  # a fraction alone: every worker stays on the current GPU
-        settings.gpus = settings.gpus._replace(indices=settings.gpus.indices[:1])
+    settings.narrow = gpus is not None
+    if gpus is None:  # a fraction alone: the current GPU, every GPU stays visible
+        from pytest_torch.core import devices
+
+        current = devices.default_device(settings.gpus.kind).index or 0
+        settings.gpus = settings.gpus._replace(indices=(current,))
+
+
+def _plan_assignments(config: pytest.Config, settings: XdistSettings) -> None:
+    """The controller's decision for each worker; a usage error when it cannot work."""
+    from pytest_torch.core import devices
+    from pytest_torch.xdist import gpus as gpu_plans
+
+    plan = settings.gpus
+    assert plan is not None
+    variable = gpu_plans.VISIBILITY_VARIABLES[plan.kind] if settings.narrow else None
+    if variable is not None:
+        for spec in config.getoption("tx", default=None) or []:
+            if f"env:{variable}=" in str(spec):
+                raise pytest.UsageError(
+                    f"--tx {spec}: this worker spec sets {variable} itself, and"
+                    f" {GPUS_SOURCE} sets it for every worker to give each its GPU. Drop"
+                    f" env:{variable} from the spec, or drop --torch-xdist-gpus and choose"
+                    " the GPUs in your specs."
+                )
+    fractions: dict[int, float] = {}
+    try:
+        for index in sorted(set(plan.indices)):
+            sharing = plan.sharing(index, settings.workers)
+            if settings.fraction is None or not sharing:
+                continue
+            if settings.fraction == "auto":
+                device = f"{plan.kind}:{index}"
+                fractions[index] = gpu_plans.auto_fraction(
+                    devices.total_memory(device), sharing, device
+                )
+            else:
+                fractions[index] = float(settings.fraction)
+        outer = os.environ.get(variable) if variable is not None else None
+        for worker in range(settings.workers):
+            index = plan.index_for(worker)
+            value = None if variable is None else gpu_plans.visible_value(plan.kind, index, outer)
+            settings.assignments.append(
+                gpu_plans.Assignment(plan.kind, index, variable, value, fractions.get(index))
+            )
+    except gpu_plans.GpuSettingError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _configure_main(config: pytest.Config, settings: XdistSettings) -> None:
@@ -175,14 +236,39 @@ def _configure_main(config: pytest.Config, settings: XdistSettings) -> None:
         config.issue_config_time_warning(pytest.PytestConfigWarning(settings.warning), stacklevel=2)
     if settings.workers:
         if settings.gpus is not None:
+            _plan_assignments(config, settings)
             settings.lock_dir = Path(tempfile.mkdtemp(prefix="pytest-torch-xdist-"))
             settings.owns_lock_dir = True
         config.pluginmanager.register(_Controller(settings), "torch_xdist_controller")
         return
-    # no xdist: only an explicit count applies
+    # no xdist: only an explicit count and a memory fraction apply
     settings.plan = threads.plan(settings.threads_setting, 0, cores, os.environ)
     if settings.plan.threads is not None:
         settings.applied = threads.apply(settings.plan.threads)
+    if settings.fraction is not None and settings.gpus is not None:
+        _apply_plain_fraction(settings, settings.gpus)
+
+
+def _apply_plain_fraction(settings: XdistSettings, plan: GpuPlan) -> None:
+    """Without xdist: the fraction caps this process on the current GPU (with
+    --torch-xdist-gpus: the first listed), as one process alone on it."""
+    from pytest_torch.core import devices
+    from pytest_torch.xdist import gpus as gpu_plans
+
+    device = f"{plan.kind}:{plan.indices[0]}"
+    try:
+        if isinstance(settings.fraction, float):
+            fraction = settings.fraction
+        else:
+            fraction = gpu_plans.auto_fraction(devices.total_memory(device), 1, device)
+        settings.fraction_before = devices.memory_fraction(device) or 1.0
+        devices.set_memory_fraction(device, fraction)
+    except gpu_plans.GpuSettingError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    except devices.DeviceSpecError as exc:
+        raise pytest.UsageError(f"{FRACTION_SOURCE}: {exc}") from None
+    settings.fraction = fraction
+    settings.fraction_device = device
 
 
 def _configure_worker(config: pytest.Config, settings: XdistSettings) -> None:
@@ -196,40 +282,74 @@ def _configure_worker(config: pytest.Config, settings: XdistSettings) -> None:
     )
     if settings.plan.threads is not None:
         settings.applied = threads.apply(settings.plan.threads, interop=True)
-    plan = settings.gpus
-    if plan is None:
+    workerinput: dict[str, Any] = config.workerinput  # type: ignore[attr-defined]
+    data = workerinput.get(ASSIGNMENT_KEY)
+    if data is None:  # no GPU options
         return
-    index = plan.index_for(settings.worker)
-    settings.device = f"{plan.kind}:{index}"
-    devices.set_current_device(settings.device)  # before any test makes a context
-    if settings.fraction is not None:
-        fraction = settings.fraction
-        if fraction == "auto":
-            fraction = gpu_plans.auto_fraction(
-                devices.total_memory(settings.device), plan.sharing(index, settings.workers)
-            )
+    assignment = settings.assignment = gpu_plans.Assignment.from_dict(data)
+    settings.gpus = gpu_plans.GpuPlan(assignment.kind, (assignment.gpu,))
+    settings.fraction = assignment.fraction
+    # where the GPU is in this process: 0 once narrowed (the usual case); its own index
+    # where the environment did not arrive (a spec recreated by a future xdist)
+    target = f"{assignment.kind}:{assignment.gpu}"
+    if assignment.variable is not None:
+        if os.environ.get(assignment.variable) == assignment.value:
+            target = f"{assignment.kind}:0"
+            settings.device = target
+        else:
+            settings.device = target
+            devices.set_current_device(target)
+    if assignment.fraction is not None:
         try:
-            devices.set_memory_fraction(settings.device, float(fraction))
+            settings.fraction_before = devices.memory_fraction(target) or 1.0
+            devices.set_memory_fraction(target, assignment.fraction)
         except devices.DeviceSpecError as exc:
-            raise pytest.UsageError(f"--torch-gpu-memory-fraction: {exc}") from None
-        settings.fraction_device = settings.device
-    lock_dir = config.workerinput.get(LOCK_DIR_KEY)  # type: ignore[attr-defined]
+            raise pytest.UsageError(f"{FRACTION_SOURCE}: {exc}") from None
+        settings.fraction_device = target
+    lock_dir = workerinput.get(LOCK_DIR_KEY)
     if lock_dir:
         from pytest_torch.xdist.locks import GpuLock
 
-        settings.lock = GpuLock(Path(lock_dir), plan.kind, index)
+        settings.lock = GpuLock(Path(lock_dir), assignment.kind, assignment.gpu)
 
 
 class _Controller:
-    """Registered on the xdist controller only: hands each worker the lock folder."""
+    """Registered on the xdist controller only: narrows each worker's visible GPUs and
+    hands it its assignment and the lock folder."""
 
     def __init__(self, settings: XdistSettings) -> None:
         self.settings = settings
+        # by id() of the execnet spec: xdist restarts a crashed worker from the same spec
+        # object (under a new id such as gw2), whose env keeps the crashed one's GPU
+        self.by_spec: dict[int, Assignment] = {}
+
+    def _assignment(self, spec: Any, position: int) -> Assignment | None:
+        known = self.by_spec.get(id(spec))
+        if known is not None or not self.settings.assignments:
+            return known
+        assignments = self.settings.assignments
+        number = str(getattr(spec, "id", None) or "").removeprefix("gw")
+        worker = int(number) if number.isdigit() else position
+        assignment = self.by_spec[id(spec)] = assignments[worker % len(assignments)]
+        return assignment
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_setupnodes(self, config: pytest.Config, specs: list[Any]) -> None:
+        for position, spec in enumerate(specs):
+            assignment = self._assignment(spec, position)
+            if assignment is not None and assignment.variable is not None:
+                # execnet sets these in the new process before it imports anything
+                spec.env[assignment.variable] = assignment.value
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         if self.settings.lock_dir is not None:
             node.workerinput[LOCK_DIR_KEY] = str(self.settings.lock_dir)
+        assignment = self._assignment(
+            node.gateway.spec, _worker_number(node.workerinput.get("workerid"))
+        )
+        if assignment is not None:
+            node.workerinput[ASSIGNMENT_KEY] = assignment._asdict()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -242,7 +362,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if settings.fraction_device is not None:
         from pytest_torch.core import devices
 
-        devices.set_memory_fraction(settings.fraction_device, 1.0)
+        devices.set_memory_fraction(settings.fraction_device, settings.fraction_before)
         settings.fraction_device = None
     if settings.owns_lock_dir and settings.lock_dir is not None:
         shutil.rmtree(settings.lock_dir, ignore_errors=True)
@@ -258,16 +378,22 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     cores = available_cores()
     warning = [] if settings.warning is None else [f"  WARNING: {settings.warning}"]
     if not settings.workers:
-        if settings.plan is None or settings.plan.threads is None:
-            return None
-        return [f"torch threads: {settings.plan.describe()} (--torch-num-threads)", *warning]
+        lines = []
+        if settings.plan is not None and settings.plan.threads is not None:
+            lines.append(f"torch threads: {settings.plan.describe()} (--torch-num-threads)")
+        if settings.fraction_device is not None and isinstance(settings.fraction, float):
+            lines.append(
+                f"torch GPU memory: {settings.fraction_device} capped at"
+                f" {settings.fraction:.1%} of its memory (--torch-gpu-memory-fraction)"
+            )
+        return [*lines, *warning] if lines else None
 
     plan = threads.plan(settings.threads_setting, settings.workers, cores, os.environ)
     lines = [f"torch xdist: {settings.workers} workers, {cores} cores available"]
     for worker in range(settings.workers):
         gpu = "no GPU assigned"
-        if settings.gpus is not None:
-            gpu = f"{settings.gpus.kind}:{settings.gpus.index_for(worker)}"
+        if settings.assignments:
+            gpu = settings.assignments[worker % len(settings.assignments)].describe()
         lines.append(f"  gw{worker}: {gpu}, {plan.describe()}")
     return lines + warning
 
@@ -340,18 +466,13 @@ def _runtest_teardown(item: pytest.Item) -> None:
         del item.stash[threads_before_key]
 
 
-def _uses_gpu(item: pytest.Item, kind: str) -> bool:
-    if item.get_closest_marker(EXCLUSIVE_MARKER) is not None:
-        return True
-    callspec = getattr(item, "callspec", None)
-    return callspec is not None and callspec.params.get("torch_device") == kind
-
-
 @pytest.hookimpl(wrapper=True)
 def _runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    settings = item.config.stash[settings_key]
-    lock, plan = settings.lock, settings.gpus
-    if lock is None or plan is None or not _uses_gpu(item, plan.kind):
+    # every test, not only those whose torch_device is the GPU: a test that makes
+    # tensors on "cuda" itself, or calls code that does, is invisible from here, and
+    # must still never run beside an exclusive test
+    lock = item.config.stash[settings_key].lock
+    if lock is None:
         return (yield)
     exclusive = item.get_closest_marker(EXCLUSIVE_MARKER) is not None
     with lock.exclusive() if exclusive else lock.shared():
