@@ -254,3 +254,26 @@ def test_nested_cuda_trackers():
             del small
     assert outer.results["cuda:0"].added == pytest.approx(256 * MIB, rel=0.01)
     assert inner.results["cuda:0"].added == pytest.approx(16 * MIB, rel=0.01)
+
+
+def test_the_census_skips_fake_and_meta_tensors_without_a_warning():
+    """torch.compile leaves fake tensors behind; asking their storage's address makes
+    torch warn "Accessing the data pointer of FakeTensor is deprecated" in the user's
+    run. They hold no memory and are skipped."""
+    import warnings
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from pytest_torch.core.memory import live_tensor_bytes, storage_key
+
+    with FakeTensorMode():
+        fake = torch.ones(1024)
+    meta = torch.ones(1024, device="meta")
+    real = torch.ones(1024)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert storage_key(fake) is None and storage_key(meta) is None
+        assert storage_key(real) is not None
+        total, named = live_tensor_bytes("cpu")
+    assert total >= 4096 and real.untyped_storage().data_ptr() in named
+    del fake, meta, real

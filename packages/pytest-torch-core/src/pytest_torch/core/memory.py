@@ -78,9 +78,14 @@ def iter_tensors(objects: Iterable[object] | None = None) -> Iterator[torch.Tens
 
 
 def storage_key(tensor: torch.Tensor) -> tuple[str, int, int] | None:
-    """(device, address, bytes) of the tensor's storage; None where it has none."""
+    """(device, address, bytes) of the tensor's storage; None where it has none.
+
+    Fake tensors (left by torch.compile's tracing) and meta tensors keep their storage
+    on the meta device: it holds no memory, and asking its address makes torch warn."""
     try:
         storage = tensor.untyped_storage()
+        if storage.device.type == "meta":
+            return None
         address = storage.data_ptr()
         if address == 0:
             return None
