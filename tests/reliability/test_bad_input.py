@@ -58,12 +58,22 @@ CASES = [
     Case(
         "perf-max-time-zero",
         ("--torch-perf-max-time=0",),
-        expect=("--torch-perf-max-time", "expected a positive number, got '0'"),
+        expect=("--torch-perf-max-time", "expected a positive, finite number, got '0'"),
     ),
     Case(
         "perf-slack-negative",
         ("--torch-perf-slack-ms=-1",),
-        expect=("--torch-perf-slack-ms", "expected a number >= 0"),
+        expect=("--torch-perf-slack-ms", "expected a finite number >= 0"),
+    ),
+    Case(
+        "perf-max-time-infinite",
+        ("--torch-perf-max-time=inf",),
+        expect=("--torch-perf-max-time", "expected a positive, finite number, got 'inf'"),
+    ),
+    Case(
+        "perf-slack-nan",
+        ("--torch-perf-slack-ms=nan",),
+        expect=("--torch-perf-slack-ms", "expected a finite number >= 0, got 'nan'"),
     ),
     Case(
         "perf-slack-ini", ini="torch_perf_slack_ms = tiny", expect=("torch_perf_slack_ms", "'tiny'")
@@ -283,7 +293,16 @@ CASES = [
         "perf-baseline-negative-tolerance",
         source="def test_marked(perf_baseline):\n    perf_baseline(lambda: None, latency_tolerance=-1)\n",
         kind="failure",
-        expect=("latency_tolerance must be a number >= 0, got -1", "test_marked"),
+        expect=("latency_tolerance must be a finite number >= 0, got -1", "test_marked"),
+    ),
+    Case(
+        "perf-baseline-infinite-tolerance",
+        source="def test_marked(perf_baseline):\n    perf_baseline(lambda: None, memory_tolerance=float('inf'))\n",
+        kind="failure",
+        expect=(
+            "memory_tolerance must be a finite number >= 0, got inf (0.3 allows 30 % more",
+            "test_marked",
+        ),
     ),
     Case(
         "make-tensor-bad-shape",

@@ -75,10 +75,12 @@ def test_parse_budget(args, kwargs, expected):
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [
-        ((), {}, "needs a positive budget in milliseconds, got None"),
-        ((-1,), {}, "needs a positive budget in milliseconds, got -1"),
+        ((), {}, "needs a positive, finite budget in milliseconds, got None"),
+        ((-1,), {}, "needs a positive, finite budget in milliseconds, got -1"),
         (("50",), {}, "got '50'"),
         ((True,), {}, "got True"),
+        ((float("inf"),), {}, "needs a positive, finite budget in milliseconds, got inf"),
+        ((), {"ms": float("nan")}, "got nan"),
         ((5,), {"stat": "p95"}, "stat must be one of median, mean, min, p90, p99, got 'p95'"),
         ((5,), {"budget": 3}, "unknown keyword(s) budget"),
         ((5,), {"ms": 3}, "takes ms and stat once"),
@@ -254,6 +256,19 @@ def test_torch_version_change_is_compared_and_mentioned():
     outcome, _ = compare(baseline(1.0, torch="2.9.0"), (result(3.0), {}), (result(3.0), {}))
     assert outcome.status == "fail"
     assert "baseline from torch 2.9.0, now 2.13.0" in outcome.message
+    assert outcome.record.verdict == "REGRESSION (baseline from torch 2.9.0)"
+
+
+def test_a_pass_across_torch_versions_says_so_in_the_table():
+    outcome, _ = compare(baseline(1.0, torch="2.9.0"), (result(1.0), {}))
+    assert outcome.status == "pass"
+    assert outcome.record.verdict == "ok (baseline from torch 2.9.0)"
+    assert "baseline from torch 2.9.0, now 2.13.0" in outcome.message
+    assert checks._with_version("ok (machine busy)", "2.9.0", "2.13.0") == (
+        "ok (machine busy; baseline from torch 2.9.0)"
+    )
+    same, _ = compare(baseline(1.0), (result(1.0), {}))
+    assert same.record.verdict == "ok"
 
 
 def test_recording_flags_noisy_measurements():

@@ -92,8 +92,17 @@ def test_marker_without_a_latency_call_fails(pytester, run):
     ("marker", "signature", "expected"),
     [
         ("torch_max_latency(ms=5)", "()", "needs the latency fixture"),
-        ("torch_max_latency()", "(latency)", "needs a positive budget in milliseconds, got None"),
-        ("torch_max_latency(ms=-1)", "(latency)", "needs a positive budget"),
+        (
+            "torch_max_latency()",
+            "(latency)",
+            "needs a positive, finite budget in milliseconds, got None",
+        ),
+        ("torch_max_latency(ms=-1)", "(latency)", "needs a positive, finite budget"),
+        (
+            "torch_max_latency(ms=float('inf'))",
+            "(latency)",
+            "finite budget in milliseconds, got inf",
+        ),
         ("torch_max_latency(5, stat='p95')", "(latency)", "stat must be one of"),
         ("torch_max_latency(5, budget=1)", "(latency)", "unknown keyword(s) budget"),
     ],

@@ -44,7 +44,12 @@ def test_parse_spec_defaults_and_values():
         ({"batch_sizes": 1, "dtypes": ("float32", "float32")}, "lists a name twice"),
         ({"batch_sizes": 1, "modes": ("jit",)}, "modes must be 'eager' and/or 'compile'"),
         ({"batch_sizes": 1, "compile_options": "fast"}, "compile_options must be a dict"),
-        ({"batch_sizes": 1, "latency_tolerance": -1}, "latency_tolerance must be a number >= 0"),
+        (
+            {"batch_sizes": 1, "latency_tolerance": -1},
+            "latency_tolerance must be a finite number >= 0",
+        ),
+        ({"batch_sizes": 1, "latency_tolerance": float("inf")}, "finite number >= 0, got inf"),
+        ({"batch_sizes": 1, "latency_tolerance": float("nan")}, "finite number >= 0, got nan"),
         ({"batch_sizes": 1, "batch": 2}, "unknown argument(s) batch"),
     ],
 )

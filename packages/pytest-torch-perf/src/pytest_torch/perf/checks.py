@@ -13,10 +13,11 @@ machine stays busy, the verdict is "not judged: machine busy" with its figures.
 from __future__ import annotations
 
 import datetime
+import math
 import platform
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from pytest_torch.perf.baselines import Baseline, judge
 from pytest_torch.perf.records import PerfRecord
@@ -53,6 +54,11 @@ class Budget:
     stat: str = "median"
 
 
+def _finite(value: object) -> TypeGuard[float]:
+    """A real number, not a bool, NaN or an infinity (a budget that can never fail)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def parse_budget(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str) -> Budget:
     """Budget from ``torch_max_latency`` marker arguments; ValueError naming ``where``."""
     example = "Example: @pytest.mark.torch_max_latency(ms=50) or (50, stat='p90')"
@@ -68,9 +74,9 @@ def parse_budget(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str) -
         )
     ms = args[0] if args else kwargs.get("ms")
     stat = args[1] if len(args) > 1 else kwargs.get("stat", "median")
-    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not ms > 0:
+    if not _finite(ms) or not ms > 0:
         raise ValueError(
-            f"{where}: @pytest.mark.torch_max_latency needs a positive budget in"
+            f"{where}: @pytest.mark.torch_max_latency needs a positive, finite budget in"
             f" milliseconds, got {ms!r}. {example}"
         )
     if stat not in STATISTICS:
@@ -351,6 +357,17 @@ def _memory_failures(
     return failures
 
 
+def _with_version(verdict: str, recorded: str, now: str) -> str:
+    """The table's verdict, with the torch the baseline was recorded under when it is not
+    this one: a pass across torch versions is worth a look, a slowdown may be torch's."""
+    if recorded == now:
+        return verdict
+    note = f"baseline from torch {recorded}"
+    if verdict.endswith(")"):
+        return f"{verdict[:-1]}; {note})"
+    return f"{verdict} ({note})"
+
+
 def compare(
     label: str,
     baseline: Baseline,
@@ -414,7 +431,7 @@ def compare(
         measured_ms=value(result),
         reference_ms=baseline.latency_ms,
         change_pct=100 * latency.change,
-        verdict=verdict_text,
+        verdict=_with_version(verdict_text, baseline.torch, torch_version),
         spread_pct=100 * result.spread,
         peak_memory_mb=_peak_mb(memory),
     )

@@ -8,6 +8,7 @@ judging live in ``calls``/``timing`` and ``checks``/``baselines``.
 from __future__ import annotations
 
 import importlib.util
+import math
 import shlex
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -204,8 +205,8 @@ def _positive_float(config: pytest.Config, ini: str, flag: str, *, zero: bool = 
         number = float(value)
     except (TypeError, ValueError):
         number = float("nan")
-    if not (number > 0 or (zero and number == 0)):
-        expected = "a number >= 0" if zero else "a positive number"
+    if not math.isfinite(number) or not (number > 0 or (zero and number == 0)):
+        expected = "a finite number >= 0" if zero else "a positive, finite number"
         raise pytest.UsageError(
             f"{flag} (ini {ini}): expected {expected}, got {value!r}. Example: {flag}=1.0"
         )
@@ -661,8 +662,16 @@ def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
             ("latency_tolerance", latency_tolerance),
             ("memory_tolerance", memory_tolerance),
         ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"perf_baseline: {label_} must be a number >= 0, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ValueError(
+                    f"perf_baseline: {label_} must be a finite number >= 0, got {value!r}"
+                    f" (0.3 allows 30 % more than the baseline)"
+                )
         label = _label(item, name, "baseline")
 
         def measure() -> tuple[LatencyResult, dict[str, int]]:

@@ -15,6 +15,7 @@ plots; ``plugin`` wires it into pytest.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -90,8 +91,15 @@ def parse_spec(kwargs: Mapping[str, Any], where: str) -> SuiteSpec:
             f"{where}: compile_options must be a dict of torch.compile arguments, got {options!r}"
         )
     tolerance = kwargs.get("latency_tolerance", 0.3)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or tolerance < 0:
-        raise ValueError(f"{where}: latency_tolerance must be a number >= 0, got {tolerance!r}")
+    if (
+        isinstance(tolerance, bool)
+        or not isinstance(tolerance, (int, float))
+        or not math.isfinite(tolerance)
+        or tolerance < 0
+    ):
+        raise ValueError(
+            f"{where}: latency_tolerance must be a finite number >= 0, got {tolerance!r}"
+        )
     return SuiteSpec(tuple(sizes), dtypes, modes, dict(options), float(tolerance))
 
 
