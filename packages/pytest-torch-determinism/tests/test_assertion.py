@@ -10,6 +10,8 @@ import torch.nn.functional as F
 
 from pytest_torch.determinism import NondeterminismError, assert_deterministic
 from pytest_torch.determinism import flags as determinism_flags
+from pytest_torch.determinism.assertion import InputsChangedWarning
+from pytest_torch.determinism.outputs import CannotCompare
 
 # these tests draw from the global random generators; torch_seed restores them
 pytestmark = pytest.mark.usefixtures("torch_seed")
@@ -95,3 +97,60 @@ def test_global_state_and_the_model_are_as_before():
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         assert_deterministic(lambda: 1, **kwargs)
+
+
+class AddsToItsInput(torch.nn.Module):
+    def forward(self, x, *, bias):
+        x.add_(1.0)
+        bias.mul_(2.0)
+        return x * 2 + bias
+
+
+def test_a_call_that_writes_into_its_inputs_is_compared_on_the_original_inputs():
+    x, bias = torch.randn(4), torch.ones(4)
+    original = x.clone()
+    with pytest.warns(InputsChangedWarning) as record:
+        output = assert_deterministic(AddsToItsInput(), x, bias=bias, runs=3)
+    assert str(record[0].message).startswith(
+        "assert_deterministic: the call writes into its own inputs (input `inputs[0]`, input"
+        " `kwargs['bias']`): each run got the original values back, and the outputs agree"
+    )
+    # afterwards the inputs hold what one call left, and the output is that call's
+    assert torch.equal(x, original + 1) and torch.equal(bias, torch.full((4,), 2.0))
+    assert torch.equal(output, (original + 1) * 2 + 2)
+
+
+def test_a_failure_with_changed_inputs_says_they_were_restored():
+    def noisy(x):
+        x.add_(1.0)
+        return x + torch.rand(())
+
+    with pytest.raises(NondeterminismError) as info:
+        assert_deterministic(noisy, torch.zeros(3))
+    assert str(info.value).startswith(
+        "not deterministic: run 2 of 5 differs from run 1 (the same inputs: the call writes into"
+        " input `inputs[0]`, so each run got the original values back, compared bitwise):"
+    )
+
+
+def test_outputs_that_cannot_be_compared_get_no_verdict():
+    with pytest.raises(CannotCompare) as info:
+        assert_deterministic(lambda: (t for t in torch.ones(2)))
+    assert str(info.value).startswith(
+        "assert_deterministic: cannot compare generator at output: an iterator"
+    )
+    assert not isinstance(info.value, AssertionError)  # an error of the test, not a verdict
+
+
+def test_the_models_own_error_passes_on_with_the_run():
+    calls = []
+
+    def second_call_fails(x):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyError("cache miss")
+        return x
+
+    with pytest.raises(KeyError, match="cache miss") as info:
+        assert_deterministic(second_call_fails, torch.ones(1))
+    assert "assert_deterministic: raised in run 2 of 5" in getattr(info.value, "__notes__", [""])

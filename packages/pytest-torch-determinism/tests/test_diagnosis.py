@@ -218,6 +218,87 @@ def test_everything_is_restored_even_when_a_run_raises(x):
     assert not torch.are_deterministic_algorithms_enabled()
 
 
+class AddsToItsInput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(8, 2)
+
+    def forward(self, x, *, scale):
+        scale += 1  # in place, into the caller's tensor
+        return self.head(x) * scale
+
+
+class FunctionalDropout(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.nn.functional.dropout(self.proj(x), 0.5, training=True)
+
+
+class Policy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return torch.distributions.Categorical(logits=self.head(x))
+
+
+def test_a_call_that_writes_into_its_inputs(x):
+    scale = torch.ones(1)
+    result = diagnose_nondeterminism(AddsToItsInput(), x, scale=scale)
+    assert result.category == "Changes its inputs", str(result)
+    assert result.verdict.startswith(
+        "Changes its inputs: the outputs change because the call writes into its own inputs"
+        " in place (input `kwargs['scale']`), so no two calls get the same inputs; with the"
+        " original inputs restored before each run the outputs are identical."
+    )
+    assert "eval()" not in result.verdict
+    assert [t.name for t in result.trials] == ["as called", "inputs restored before each run"]
+    assert result.changed_state == ["input `kwargs['scale']`"]
+    assert scale.item() == 1.0  # restored
+
+
+def test_functional_dropout_in_eval_is_not_told_to_call_eval(x):
+    result = diagnose_nondeterminism(FunctionalDropout().eval(), x)
+    assert result.category == "Randomness-driven"
+    assert result.random_ops == [
+        "bernoulli_ in the model (FunctionalDropout), called by F.dropout(..., training=True)"
+    ]
+    assert (
+        "F.dropout(..., training=True) in the model (FunctionalDropout) drops elements at random"
+        " although that module is in eval mode: model.eval() does not affect a dropout function"
+        " called with training=True; pass training=self.training."
+    ) in result.verdict
+    assert "call model.eval() to turn dropout off" not in result.verdict
+
+
+def test_other_random_ops_are_named_with_their_submodule(x):
+    class Noise(torch.nn.Module):
+        def forward(self, t):
+            return t + torch.randn(t.shape)
+
+    result = diagnose_nondeterminism(torch.nn.Sequential(torch.nn.Linear(8, 8), Noise()).eval(), x)
+    assert result.random_ops == ["randn in `1` (Noise)"]
+    assert result.verdict.endswith(
+        "Seed before each call (the torch_seed fixture does), or draw from a seeded"
+        " torch.Generator (generator=..., where the op takes one): randn in `1` (Noise)."
+    )
+
+
+def test_a_distribution_is_compared_by_its_parameters(x):
+    assert diagnose_nondeterminism(Policy(), x).category == "Deterministic"
+
+
+def test_outputs_that_cannot_be_compared_stop_the_diagnosis(x):
+    from pytest_torch.determinism.outputs import CannotCompare
+
+    with pytest.raises(CannotCompare, match=r"^diagnose_nondeterminism: cannot compare generator at output\\['steps'\\]"):
+        diagnose_nondeterminism(lambda t: {"steps": (s for s in t)}, x)
+
+
 def test_bad_arguments(x):
     with pytest.raises(ValueError, match="runs >= 2"):
         diagnose_nondeterminism(mlp(), x, runs=1)
@@ -230,4 +311,4 @@ def test_every_verdict_on_real_models(pytester, run):
     pytester.makepyfile(test_models=MODELS)
     result = run("-v")
     assert result.ret == 0, result.stdout.str()
-    result.assert_outcomes(passed=15)
+    result.assert_outcomes(passed=20)

@@ -241,3 +241,85 @@ def test_real_cuda_nondeterminism_is_kernel_level(cuda, torch_seed):
     result = diagnose_nondeterminism(scatter_add, values, runs=10)
     assert result.category == "Kernel-level", str(result)
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+REFUSING = """
+import torch
+
+
+def test_scatter(torch_seed):
+    torch.zeros(4).put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
+
+
+def test_scatter_unseeded():
+    torch.use_deterministic_algorithms(True)
+    try:
+        torch.zeros(4).put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_own_failure(torch_seed):
+    assert 1 == 2, "the user's own failure"
+"""
+
+
+def test_a_refusal_says_the_flag_did_it_and_how_to_run_without(pytester, run):
+    pytester.makepyfile(test_refusing=REFUSING)
+    result = run("--torch-deterministic", "--show-capture=no")
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    # torch's own message stays, the explanation follows it, once, for the seeded test
+    result.stdout.fnmatch_lines(
+        [
+            "*RuntimeError: put_ does not have a deterministic implementation, but you set*",
+            "*- torch-deterministic -*",
+            "--torch-deterministic turned deterministic algorithms on for this test (it uses"
+            " torch_seed), and put_ has no deterministic implementation, so torch raised the"
+            " error above: the 'you set torch.use_deterministic_algorithms(True)' in it is the"
+            " plugin's doing, not your code's.",
+            "Run this test as before with: pytest test_refusing.py::test_scatter without"
+            " --torch-deterministic",
+            "Or keep the flag and let such ops warn instead of raising:"
+            " --torch-deterministic-warn-only (ini: torch_deterministic_warn_only = true); or"
+            " replace put_ with an op that has a deterministic implementation.",
+        ]
+    )
+    assert out.count("- torch-deterministic -") == 1  # not for the user's own switch
+    assert "AssertionError: the user's own failure" in out
+
+
+def test_a_refusal_under_the_ini_names_the_ini(pytester, run):
+    pytester.makepyfile(test_refusing=REFUSING)
+    pytester.makeini("[pytest]\ntorch_deterministic = true\n")
+    result = run("-k", "test_scatter and not unseeded")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "torch_deterministic = true (ini) turned deterministic algorithms on*",
+            "Run this test as before with: pytest test_refusing.py::test_scatter"
+            " -o torch_deterministic=false",
+        ]
+    )
+
+
+def test_warn_only_lets_the_test_pass_and_a_warning_turned_error_is_explained(pytester, run):
+    pytester.makepyfile(test_refusing=REFUSING)
+    run(
+        "--torch-deterministic",
+        "--torch-deterministic-warn-only",
+        "-k",
+        "test_scatter and not unseeded",
+    ).assert_outcomes(passed=1, warnings=1)
+    result = run(
+        "--torch-deterministic",
+        "--torch-deterministic-warn-only",
+        "-W",
+        "error::UserWarning",
+        "-k",
+        "test_scatter and not unseeded",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*with --torch-deterministic-warn-only turned deterministic algorithms on*-W error*"]
+    )

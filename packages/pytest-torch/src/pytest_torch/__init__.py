@@ -19,8 +19,13 @@ if TYPE_CHECKING:
     )
     from pytest_torch.core.fingerprint import HardwareFingerprint, hardware_fingerprint
     from pytest_torch.core.memory import PeakMemory, PeakTracker
-    from pytest_torch.determinism.assertion import NondeterminismError, assert_deterministic
+    from pytest_torch.determinism.assertion import (
+        InputsChangedWarning,
+        NondeterminismError,
+        assert_deterministic,
+    )
     from pytest_torch.determinism.diagnosis import Diagnosis, diagnose_nondeterminism
+    from pytest_torch.determinism.outputs import CannotCompare
     from pytest_torch.memory.api import assert_max_memory, assert_no_memory_leak
     from pytest_torch.memory.budgets import MemoryBudgetError
     from pytest_torch.memory.leaks import MemoryLeakError
@@ -50,15 +55,19 @@ _EXPORTS: dict[str, str] = {
     "MemoryLeakError": "pytest_torch.memory.leaks",
     "assert_max_memory": "pytest_torch.memory.api",
     "assert_no_memory_leak": "pytest_torch.memory.api",
+    "CannotCompare": "pytest_torch.determinism.outputs",
     "Diagnosis": "pytest_torch.determinism.diagnosis",
+    "InputsChangedWarning": "pytest_torch.determinism.assertion",
     "NondeterminismError": "pytest_torch.determinism.assertion",
     "assert_deterministic": "pytest_torch.determinism.assertion",
     "diagnose_nondeterminism": "pytest_torch.determinism.diagnosis",
 }
 
 __all__ = [
+    "CannotCompare",
     "Diagnosis",
     "HardwareFingerprint",
+    "InputsChangedWarning",
     "LatencyResult",
     "MemoryBudgetError",
     "MemoryLeakError",

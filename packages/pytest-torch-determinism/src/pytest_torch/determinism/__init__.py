@@ -1,7 +1,8 @@
 """pytest-torch-determinism: determinism checks that say why.
 
 Public names: :func:`assert_deterministic`, :func:`diagnose_nondeterminism`,
-:class:`Diagnosis`, :class:`NondeterminismError`. Imported on first use; nothing here
+:class:`Diagnosis`, :class:`NondeterminismError`, :class:`CannotCompare`,
+:class:`InputsChangedWarning`. Imported on first use; nothing here
 imports torch.
 """
 
@@ -12,18 +13,27 @@ from typing import TYPE_CHECKING
 from pytest_torch.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from pytest_torch.determinism.assertion import NondeterminismError, assert_deterministic
+    from pytest_torch.determinism.assertion import (
+        InputsChangedWarning,
+        NondeterminismError,
+        assert_deterministic,
+    )
     from pytest_torch.determinism.diagnosis import Diagnosis, diagnose_nondeterminism
+    from pytest_torch.determinism.outputs import CannotCompare
 
 _EXPORTS = {
+    "CannotCompare": "pytest_torch.determinism.outputs",
     "Diagnosis": "pytest_torch.determinism.diagnosis",
+    "InputsChangedWarning": "pytest_torch.determinism.assertion",
     "NondeterminismError": "pytest_torch.determinism.assertion",
     "assert_deterministic": "pytest_torch.determinism.assertion",
     "diagnose_nondeterminism": "pytest_torch.determinism.diagnosis",
 }
 
 __all__ = [
+    "CannotCompare",
     "Diagnosis",
+    "InputsChangedWarning",
     "NondeterminismError",
     "assert_deterministic",
     "diagnose_nondeterminism",

@@ -5,7 +5,9 @@ identical names the cause:
 
 1. as called — identical runs mean *Deterministic* (after one more check: outputs that
    change with the bytes in memory from ``torch.empty`` mean *Uninitialised memory*);
-2. with the model's state (and the inputs) restored before each run — *State mutation*;
+2. with the inputs restored before each run — *Changes its inputs* (the call writes into
+   its own inputs, so no two calls get the same ones); with the model's state restored
+   too — *State mutation*;
 3. with every RNG reseeded before each run — *Randomness-driven*;
 4. with deterministic algorithms on — *Kernel-level* (fixed by them, or an op that has
    no deterministic implementation), unless the outputs change with the bytes in
@@ -19,7 +21,9 @@ When torch refuses deterministic mode for cuBLAS (``CUBLAS_WORKSPACE_CONFIG``), 
 verdict is *Inconclusive* and says how to fix it.
 
 Every global switch, random generator, parameter, buffer, input and environment
-variable is put back afterwards, also when a run raises.
+variable is put back afterwards, also when a run raises. Outputs are compared as
+:mod:`outputs` says; one that cannot be compared stops the diagnosis with
+:class:`~pytest_torch.determinism.outputs.CannotCompare` rather than a verdict.
 """
 
 from __future__ import annotations
@@ -30,15 +34,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_torch.determinism import cublas, flags
-from pytest_torch.determinism.outputs import Difference, Leaves, differences, freeze, has_nan
+from pytest_torch.determinism.outputs import (
+    CannotCompare,
+    Difference,
+    Leaves,
+    differences,
+    freeze,
+    has_nan,
+)
 from pytest_torch.determinism.probes import (
+    RandomSource,
     TensorState,
     first_divergence,
     input_state,
     module_of,
     module_outputs,
     pattern_name,
-    random_ops,
+    random_sources,
     state_of,
     uninitialised_filled,
 )
@@ -48,6 +60,7 @@ RANDOMNESS = "Randomness-driven"
 KERNEL = "Kernel-level"
 UNINITIALISED = "Uninitialised memory"
 STATE = "State mutation"
+INPUTS = "Changes its inputs"
 OUTSIDE = "Outside torch"
 INCONCLUSIVE = "Inconclusive"
 #: the seed every generator gets before each run of the reseeded experiments
@@ -123,21 +136,28 @@ class _Subject:
         self.module = module_of(target)
         self.state: TensorState | None = state_of(self.module)
         self.arguments = input_state(inputs, kwargs)
+        #: what the calls changed: the model's parameters and buffers, then inputs
         self.changed: list[str] = []
+        self.changed_inputs: list[str] = []
 
     def call(self) -> Any:
+        __tracebackhide__ = True
         return self.target(*self.inputs, **self.kwargs)
 
-    def reset(self) -> None:
-        if self.state is not None:
+    def reset(self, inputs_only: bool = False) -> None:
+        if self.state is not None and not inputs_only:
             self.state.restore()
         self.arguments.restore()
 
     def note_changes(self) -> None:
-        names = self.arguments.changed()
-        if self.state is not None:
-            names = [*self.state.changed(), *names]
+        inputs = self.arguments.changed()
+        names = [*self.state.changed(), *inputs] if self.state is not None else inputs
         self.changed += [name for name in names if name not in self.changed]
+        self.changed_inputs += [name for name in inputs if name not in self.changed_inputs]
+
+    @property
+    def changed_model_state(self) -> list[str]:
+        return [name for name in self.changed if name not in self.changed_inputs]
 
     def trial(
         self,
@@ -146,13 +166,16 @@ class _Subject:
         *,
         reset: bool,
         reseed: bool,
+        inputs_only: bool = False,
         switches: flags.Flags | None = None,
         pattern: int | None = None,
         probe: bool = False,
     ) -> Trial:
         """``runs`` calls under one setting; ``pattern``: fill memory from torch.empty with
         that run pattern's byte; ``probe``: any error ends the trial as "raised" (the
-        bytes of the probe may send a buggy model down a path that fails)."""
+        bytes of the probe may send a buggy model down a path that fails);
+        ``inputs_only``: reset only the inputs, not the model's state."""
+        __tracebackhide__ = True
         from pytest_torch.core import seeding
 
         outputs: list[Leaves] = []
@@ -160,9 +183,9 @@ class _Subject:
         refused_cublas = False
         deterministic = switches.deterministic if switches is not None else False
         with flags.using(switches):
-            for _ in range(runs):
+            for run in range(1, runs + 1):
                 if reset:
-                    self.reset()
+                    self.reset(inputs_only)
                 if reseed:
                     seeding.seed_all(SEED)
                 try:
@@ -178,6 +201,11 @@ class _Subject:
                     elif probe:
                         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
                     else:
+                        _add_note(
+                            exc,
+                            f"diagnose_nondeterminism: raised in run {run} of the experiment"
+                            f" {name!r} (the model's own error, passed on as it is)",
+                        )
                         raise
                     break
                 outputs.append(freeze(result))
@@ -216,6 +244,12 @@ class _Subject:
                 return []
 
 
+def _add_note(error: BaseException, note: str) -> None:
+    add = getattr(error, "add_note", None)  # Python 3.11+
+    if add is not None:
+        add(note)
+
+
 def diagnose_nondeterminism(
     model_or_callable: Callable[..., Any], *inputs: Any, runs: int = 5, **kwargs: Any
 ) -> Diagnosis:
@@ -224,7 +258,10 @@ def diagnose_nondeterminism(
 
     Modules run as they are (train or eval). Random generators, determinism switches,
     the module's parameters and buffers and tensor inputs are restored afterwards.
+    Outputs that cannot be compared (a generator, an object whose ``==`` raises) raise
+    :class:`~pytest_torch.determinism.outputs.CannotCompare` (a ``TypeError``).
     """
+    __tracebackhide__ = True
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise ValueError(f"diagnose_nondeterminism needs runs >= 2 to compare, got {runs!r}")
     if not callable(model_or_callable):
@@ -238,20 +275,31 @@ def diagnose_nondeterminism(
     with flags.preserved(), cublas.deterministic_workspace():
         try:
             return _diagnose(subject, runs)
+        except CannotCompare as error:
+            raise CannotCompare(f"diagnose_nondeterminism: {error}") from None
         finally:
             subject.reset()
 
 
 def _diagnose(subject: _Subject, runs: int) -> Diagnosis:
+    __tracebackhide__ = True
     trials = [subject.trial("as called", runs, reset=False, reseed=False)]
     if trials[0].outcome == "identical":
         return _when_identical(subject, trials)
-    if subject.changed:
+    if subject.changed_inputs:
+        trials.append(
+            subject.trial(
+                "inputs restored before each run", runs, reset=True, reseed=False, inputs_only=True
+            )
+        )
+        if trials[-1].outcome == "identical":
+            return _finish(subject, trials, INPUTS, _inputs_verdict(subject.changed_inputs))
+    if subject.changed_model_state:
         trials.append(
             subject.trial("state restored before each run", runs, reset=True, reseed=False)
         )
         if trials[-1].outcome == "identical":
-            return _finish(subject, trials, STATE, _state_verdict(subject.changed))
+            return _finish(subject, trials, STATE, _state_verdict(subject))
     reseeded = subject.trial("RNG reseeded before each run", runs, reset=True, reseed=True)
     trials.append(reseeded)
     if reseeded.outcome == "identical":
@@ -260,13 +308,13 @@ def _diagnose(subject: _Subject, runs: int) -> Diagnosis:
             subject.reset()
             subject.call()
 
-        seen = random_ops(fresh_run, subject.module)
+        seen = random_sources(fresh_run, subject.module)
         subject.reset()
         # no random op of torch's ran: reseeding may have helped by chance (garbage
         # that happened to match), unless Python's or NumPy's generators were used
         if not seen and _reads_uninitialised(subject, trials, None):
             return _finish(subject, trials, UNINITIALISED, _uninitialised_verdict(varies=True))
-        return _finish(subject, trials, RANDOMNESS, _random_verdict(seen), seen)
+        return _finish(subject, trials, RANDOMNESS, _random_verdict(seen), [s.name for s in seen])
     # deterministic mode also fills memory from torch.empty with NaN, which would make
     # runs that read it agree: the same bytes of our own in every run instead, then one
     # run with other bytes tells the two causes apart
@@ -365,6 +413,11 @@ def _finish(
     """The diagnosis, with the first divergence between two recorded runs: for
     uninitialised memory, the probe's two runs (under the ``probe`` switches)."""
     divergence = None
+    if subject.changed_inputs and category not in (DETERMINISTIC, INPUTS, STATE):
+        verdict += (
+            f" (The call also writes into its inputs, {', '.join(subject.changed_inputs)}: every"
+            f" experiment after the first restored them before each run.)"
+        )
     if subject.module is not None:
         if category == UNINITIALISED:
             recorded = [subject.record(probe, pattern, fresh=True) for pattern in (0, 1)]
@@ -375,32 +428,89 @@ def _finish(
     return Diagnosis(category, verdict, divergence, trials, seen or [], list(subject.changed))
 
 
-def _state_verdict(changed: list[str]) -> str:
+def _inputs_verdict(changed: list[str]) -> str:
     return (
-        f"{STATE}: the outputs change because the call changes the model's own state"
-        f" ({', '.join(changed)}); with that state restored before each run they are"
-        f" identical. Put the model in eval() mode (running statistics), or reset the state"
-        f" before each call."
+        f"{INPUTS}: the outputs change because the call writes into its own inputs in place"
+        f" ({', '.join(changed)}), so no two calls get the same inputs; with the original"
+        f" inputs restored before each run the outputs are identical. Compute out of place"
+        f" (x = x + y instead of x += y, x.add(y) instead of x.add_(y)), or pass a copy"
+        f" (x.clone()) when the caller needs its tensor unchanged."
     )
 
 
-def _random_verdict(seen: list[str]) -> str:
+def _state_verdict(subject: _Subject) -> str:
+    changed = subject.changed_model_state
+    statistics = any("running_" in name or "num_batches_tracked" in name for name in changed)
+    advice = (
+        " Call model.eval() to use the running statistics (BatchNorm) without updating them,"
+        " or reset the state before each call."
+        if statistics
+        else " Reset that state before each call, or keep it out of the forward pass."
+    )
+    inputs = (
+        f" (The call also writes into its inputs, {', '.join(subject.changed_inputs)}; restoring"
+        f" only those was not enough.)"
+        if subject.changed_inputs
+        else ""
+    )
+    return (
+        f"{STATE}: the outputs change because the call changes the model's own state"
+        f" ({', '.join(changed)}); with that state restored before each run they are"
+        f" identical.{advice}{inputs}"
+    )
+
+
+def _random_verdict(seen: list[RandomSource]) -> str:
     ops = (
-        f" Random ops seen: {', '.join(seen)}."
+        f" Random ops seen: {', '.join(source.name for source in seen)}."
         if seen
         else " No random op of torch's ran: the randomness comes from Python's random or"
         " NumPy (reseeded too)."
     )
-    dropout = any("Dropout" in op or "bernoulli" in op for op in seen)
-    advice = (
-        " Seed before each call (the torch_seed fixture does), or call model.eval() to turn"
-        " dropout off."
-        if dropout
-        else " Seed before each call (the torch_seed fixture does) or pass a torch.Generator."
-    )
+    advice: list[str] = []
+    for source in seen:
+        where = f" in {source.where}" if source.where else ""
+        if source.dropout == "module":
+            line = (
+                " Seed before each call (the torch_seed fixture does), or call model.eval() to"
+                " turn dropout off."
+            )
+        elif source.dropout == "functional":
+            line = (
+                f" {source.call}{where} drops elements at random although that module is in"
+                f" eval mode: model.eval() does not affect a dropout function called with"
+                f" training=True; pass training=self.training."
+            )
+        elif source.dropout == "functional-train":
+            line = (
+                f" {source.call}{where} drops elements at random: model.eval() turns it off"
+                f" only if it is called with training=self.training (a literal training=True"
+                f" is not affected by eval())."
+            )
+        elif source.dropout == "function":
+            line = (
+                f" {source.call} drops elements at random: pass training=False to turn it off,"
+                f" or seed before each call (the torch_seed fixture does)."
+            )
+        else:
+            continue
+        if line not in advice:
+            advice.append(line)
+    others = [source for source in seen if source.dropout is None]
+    if others:
+        named = ", ".join(dict.fromkeys(source.name for source in others))
+        advice.append(
+            f" Seed before each call (the torch_seed fixture does), or draw from a seeded"
+            f" torch.Generator (generator=..., where the op takes one): {named}."
+        )
+    elif not seen:
+        advice.append(
+            " Seed before each call: the torch_seed fixture seeds Python's, NumPy's and"
+            " torch's generators."
+        )
     return (
         f"{RANDOMNESS}: the variance disappears when the RNG is reseeded before each run."
-        f"{ops}{advice}"
+        f"{ops}{''.join(advice)}"
     )
 
 

@@ -2,17 +2,22 @@
 
 ``--torch-deterministic`` turns deterministic mode on for each test that uses the
 ``torch_seed`` fixture, through core's ``pytest_torch_seeded`` hook, and turns it back
-off at the test's teardown. cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG`` before the first
-CUDA matrix product of the process (see ``cublas``): the plugin sets it when the initial
-conftests are about to be imported, before any of them can touch CUDA, or at configure
-time for a plugin registered later (a conftest's ``pytest_plugins``), and removes it
-when pytest is done. The checks themselves are plain functions (``assertion``,
-``diagnosis``).
+off at the test's teardown. When such a test fails because an op has no deterministic
+implementation, its report gets a section saying that the flag (not the user) turned
+deterministic mode on, which op refused, and how to run the test without it.
+
+cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG`` before the first CUDA matrix product of the
+process (see ``cublas``): the plugin sets it when the initial conftests are about to be
+imported, before any of them can touch CUDA, or at configure time for a plugin
+registered later (a conftest's ``pytest_plugins``), and removes it when pytest is done.
+The checks themselves are plain functions (``assertion``, ``diagnosis``).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
+from collections.abc import Generator
 
 import pytest
 
@@ -33,6 +38,8 @@ class DeterminismSettings:
 
 
 settings_key = pytest.StashKey[DeterminismSettings]()
+#: set on a test for which --torch-deterministic turned deterministic mode on
+applied_key = pytest.StashKey[bool]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -144,7 +151,83 @@ def pytest_torch_seeded(item: pytest.Item, seed: int) -> None:
 
     before = flags.current()
     flags.apply(flags.deterministic(warn_only=settings.warn_only))
+    item.stash[applied_key] = True
     item.addfinalizer(lambda: flags.apply(before))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and call.excinfo is not None and item.stash.get(applied_key, False):
+        op = _refused_op(call.excinfo.value)
+        if op is not None:
+            _explain(report, _refusal_section(item, op))
+    return report
+
+
+def _refused_op(error: BaseException) -> str | None:
+    """The op that refused deterministic mode, anywhere in the error's chain."""
+    from pytest_torch.determinism import flags
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        op = flags.op_without_deterministic_implementation(current)
+        if op is not None:
+            return op
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _refusal_section(item: pytest.Item, op: str) -> str:
+    settings = item.config.stash[settings_key]
+    from_ini = getattr(item.config.option, "torch_deterministic", None) is None
+    switch = "torch_deterministic = true (ini)" if from_ini else "--torch-deterministic"
+    without = "-o torch_deterministic=false" if from_ini else "without --torch-deterministic"
+    node = shlex.quote(item.nodeid)
+    if settings.warn_only:
+        what = (
+            f"{switch} with --torch-deterministic-warn-only turned deterministic algorithms on"
+            f" for this test (it uses torch_seed), and {op} has no deterministic"
+            f" implementation: torch warned, and the warning was turned into an error (-W"
+            f" error or filterwarnings), which is the error above."
+        )
+        keep = (
+            "Or keep the flag and let that warning through (filterwarnings: default::UserWarning)"
+        )
+    else:
+        what = (
+            f"{switch} turned deterministic algorithms on for this test (it uses torch_seed),"
+            f" and {op} has no deterministic implementation, so torch raised the error above:"
+            f" the 'you set torch.use_deterministic_algorithms(True)' in it is the plugin's"
+            f" doing, not your code's."
+        )
+        keep = (
+            "Or keep the flag and let such ops warn instead of raising:"
+            " --torch-deterministic-warn-only (ini: torch_deterministic_warn_only = true)"
+        )
+    return (
+        f"{what}\n"
+        f"Run this test as before with: pytest {node} {without}\n"
+        f"{keep}; or replace {op} with an op that has a deterministic implementation."
+    )
+
+
+def _explain(report: pytest.TestReport, text: str) -> None:
+    """Add ``text`` under the failure (after torch's own message), shown whatever
+    --show-capture says."""
+    title = "torch-deterministic"
+    longrepr = report.longrepr
+    add_section = getattr(longrepr, "addsection", None)  # a traceback's representation
+    if add_section is not None:
+        add_section(title, text)
+    elif isinstance(longrepr, str):
+        report.longrepr = f"{longrepr}\n{'-' * 10} {title} {'-' * 10}\n{text}"
+    else:
+        report.sections.append((title, text))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

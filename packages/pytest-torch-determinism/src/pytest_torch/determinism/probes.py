@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pytest_torch.determinism.outputs import Leaves, differences, freeze
+from pytest_torch.determinism.outputs import (
+    CannotCompare,
+    Leaves,
+    differences,
+    freeze,
+    tensors_in,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +39,8 @@ class TensorState:
 
         with torch.no_grad():
             for (_, tensor), (_, saved) in zip(self.tensors, self.saved, strict=True):
+                if tensor.is_inference() and not torch.is_inference_mode_enabled():
+                    continue  # cannot be written out of inference mode: never changed
                 if tensor.shape == saved.shape:
                     tensor.copy_(saved)
                 else:  # a buffer replaced by one of another shape
@@ -59,25 +67,10 @@ def state_of(module: torch.nn.Module | None) -> TensorState | None:
 
 
 def input_state(inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> TensorState:
-    """The tensors among a call's arguments, to see whether the call writes into them."""
-    leaves = _tensor_leaves(inputs, "inputs") + _tensor_leaves(kwargs, "kwargs")
+    """The tensors among a call's arguments (in tuples, lists, dicts, named tuples and
+    dataclasses), to see whether the call writes into them."""
+    leaves = tensors_in(inputs, "inputs") + tensors_in(kwargs, "kwargs")
     return TensorState((f"input `{path}`", tensor) for path, tensor in leaves)
-
-
-def _tensor_leaves(value: Any, path: str) -> list[tuple[str, Any]]:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [(path, value)]
-    if isinstance(value, (list, tuple)):
-        return [
-            leaf for i, item in enumerate(value) for leaf in _tensor_leaves(item, f"{path}[{i}]")
-        ]
-    if isinstance(value, dict):
-        return [
-            leaf for k, item in value.items() for leaf in _tensor_leaves(item, f"{path}[{k!r}]")
-        ]
-    return []
 
 
 def describe_module(module: torch.nn.Module, name: str) -> str:
@@ -85,9 +78,10 @@ def describe_module(module: torch.nn.Module, name: str) -> str:
 
 
 @contextlib.contextmanager
-def module_names(module: torch.nn.Module | None) -> Iterator[list[str]]:
-    """Keep a stack of the submodules running (their names), via forward hooks."""
-    stack: list[str] = []
+def module_names(module: torch.nn.Module | None) -> Iterator[list[tuple[str, Any]]]:
+    """Keep a stack of the submodules running (their names and the modules), via
+    forward hooks."""
+    stack: list[tuple[str, Any]] = []
     if module is None:
         yield stack
         return
@@ -95,8 +89,8 @@ def module_names(module: torch.nn.Module | None) -> Iterator[list[str]]:
     for name, sub in module.named_modules():
         label = describe_module(sub, name)
 
-        def enter(_m: Any, _args: Any, label: str = label) -> None:
-            stack.append(label)
+        def enter(m: Any, _args: Any, label: str = label) -> None:
+            stack.append((label, m))
 
         def leave(_m: Any, _args: Any, _out: Any) -> None:
             if stack:
@@ -128,24 +122,114 @@ def _recording_mode(on_call: Callable[[Any, Any], None]) -> Any:
     return _Recording()
 
 
-def random_ops(run: Callable[[], object], module: torch.nn.Module | None) -> list[str]:
-    """The random ops (torch's ``nondeterministic_seeded`` tag) one run calls, each with
-    the innermost submodule it ran in."""
+#: torch.nn.functional's dropout family (and torch.dropout), which draw at random
+#: only when called with training=True (their default)
+_DROPOUT_FUNCTIONS = frozenset(
+    (
+        "dropout",
+        "dropout1d",
+        "dropout2d",
+        "dropout3d",
+        "alpha_dropout",
+        "feature_alpha_dropout",
+        "feature_dropout",
+    )
+)
+
+
+class RandomSource(NamedTuple):
+    """One random op a run called, and what called it."""
+
+    #: the aten op ("bernoulli_", "randn")
+    op: str
+    #: the innermost submodule it ran in (None: outside any)
+    where: str | None
+    #: None: not inside a dropout call; "module": a Dropout module in train mode;
+    #: "functional": a dropout function called with training=True while the module
+    #: calling it is in eval mode (model.eval() changes nothing); "functional-train":
+    #: the same in a module in train mode; "function": outside any module
+    dropout: str | None = None
+    #: the dropout call, as the user wrote it ("F.dropout(..., training=True)")
+    call: str | None = None
+
+    @property
+    def name(self) -> str:
+        where = f" in {self.where}" if self.where else ""
+        called = f", called by {self.call}" if self.dropout not in (None, "module") else ""
+        return f"{self.op}{where}{called}"
+
+
+def _dropout_training(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+    """The ``training`` argument of a dropout-family call (True when left out)."""
+    for key in ("training", "train"):
+        if key in kwargs:
+            return bool(kwargs[key])
+    return bool(args[2]) if len(args) > 2 else True
+
+
+def _dropout_call(func: Any) -> str:
+    module = getattr(func, "__module__", "") or ""
+    prefix = "F" if module == "torch.nn.functional" else "torch"
+    flag = "train" if prefix == "torch" else "training"
+    return f"{prefix}.{func.__name__}(..., {flag}=True)"
+
+
+def _dropout_kind(module: Any) -> str:
     import torch
 
-    seen: list[str] = []
+    if module is None:
+        return "function"
+    if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.training:
+        return "module"
+    return "functional-train" if module.training else "functional"
+
+
+def random_sources(run: Callable[[], object], module: torch.nn.Module | None) -> list[RandomSource]:
+    """The random ops (torch's ``nondeterministic_seeded`` tag) one run calls, each with
+    the innermost submodule it ran in and the dropout call behind it, if any."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    seen: list[RandomSource] = []
+    #: the dropout calls running now: (kind, call as written)
+    dropouts: list[tuple[str, str]] = []
     with module_names(module) as stack:
 
         def note(func: Any, _result: Any) -> None:
-            if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
-                where = f" in {stack[-1]}" if stack else ""
-                name = f"{func.overloadpacket.__name__}{where}"
-                if name not in seen:
-                    seen.append(name)
+            if torch.Tag.nondeterministic_seeded not in getattr(func, "tags", ()):
+                return
+            kind, call = dropouts[-1] if dropouts else (None, None)
+            where = stack[-1][0] if stack else None
+            source = RandomSource(func.overloadpacket.__name__, where, kind, call)
+            if source not in seen:
+                seen.append(source)
 
-        with _recording_mode(note):
+        base: Any = TorchFunctionMode  # untyped in torch: subclass it as Any
+
+        class _Calls(base):  # type: ignore[misc]
+            def __torch_function__(
+                self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+            ) -> Any:
+                kwargs = kwargs or {}
+                name = getattr(func, "__name__", "")
+                if name not in _DROPOUT_FUNCTIONS or not _dropout_training(func, args, kwargs):
+                    return func(*args, **kwargs)
+                dropouts.append(
+                    (_dropout_kind(stack[-1][1] if stack else None), _dropout_call(func))
+                )
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    dropouts.pop()
+
+        with _Calls(), _recording_mode(note):
             run()
     return seen
+
+
+def random_ops(run: Callable[[], object], module: torch.nn.Module | None) -> list[str]:
+    """The names of the random ops one run calls (see :func:`random_sources`)."""
+    return [source.name for source in random_sources(run, module)]
 
 
 def module_outputs(run: Any, module: torch.nn.Module) -> list[tuple[str, Leaves]]:
@@ -174,8 +258,11 @@ def first_divergence(
     for (label, a), (other, b) in zip(first, second, strict=False):
         if label != other:
             return f"{label} (the two runs called different submodules from here)"
-        if differences(a, b):
-            return label
+        try:
+            if differences(a, b):
+                return label
+        except CannotCompare:  # a submodule output that cannot be compared: look further
+            continue
     return None
 
 
