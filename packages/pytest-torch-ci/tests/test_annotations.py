@@ -141,3 +141,58 @@ def test_escaping_and_kinds():
     assert kind_of("memory leak: each of the 5 runs") == "memory leak"
     assert kind_of("something else") is None
     assert commands([]) == []
+
+
+@pytest.mark.parametrize("style", ["auto", "long", "short", "native", "line", "no"])
+def test_the_failing_line_whatever_tb_says(pytester, run, monkeypatch, style):
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.makepyfile(
+        helpers="import torch\n\n\ndef check(x):\n    torch.testing.assert_close(x, x + 1)\n"
+    )
+    pytester.makepyfile(
+        test_helper="from helpers import check\nimport torch\n\n\ndef test_h():\n"
+        "    x = torch.zeros(2)\n    check(x)\n"
+    )
+    errors = _errors(run("-q", "--torch-github-annotations", f"--tb={style}"))
+    source = (pytester.path / "test_suite.py").read_text().splitlines()
+
+    def line(text: str) -> int:
+        return 1 + next(i for i, code in enumerate(source) if text in code)
+
+    where = [e.split(",title=")[0] for e in errors]
+    assert where == [
+        "::error file=test_helper.py,line=7",  # the call into the helper of another file
+        f"::error file=test_suite.py,line={line('torch.testing.assert_close(value')}",
+        f"::error file=test_suite.py,line={line('fixture broke')}",
+        f"::error file=test_suite.py,line={line('teardown broke')}",
+        f"::error file=test_suite.py,line={line('100% wrong')}",
+    ]
+
+
+def test_a_table_or_summary_that_fails_is_a_note_not_an_error(pytester, run, monkeypatch):
+    from pytest_torch.ci import plugin
+
+    def broken(config):
+        raise KeyError("records")
+
+    monkeypatch.setattr(plugin, "_perf_table", broken)
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makepyfile(test_suite=SUITE)
+    result = run("--torch-github-annotations")
+    result.assert_outcomes(failed=2, passed=2, errors=2)
+    assert "- the performance table could not be built (KeyError: 'records')" in (
+        summary.read_text()
+    )
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path))  # a folder: not writable
+    result = run("--torch-github-annotations")
+    result.assert_outcomes(failed=2, passed=2, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-torch-ci: the performance table could not be built (KeyError: 'records')",
+            "pytest-torch-ci: the job summary was not written to $GITHUB_STEP_SUMMARY (*):"
+            " IsADirectoryError: *. The annotations above still name every failure.",
+        ]
+    )
+    assert "INTERNALERROR" not in result.stdout.str()

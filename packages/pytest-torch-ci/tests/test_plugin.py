@@ -45,16 +45,92 @@ def test_artifacts_for_both_assert_close_functions(pytester, run):
     saved = torch.load(theirs / "1-output_b_1.pt")
     assert torch.equal(saved["actual"], torch.arange(6.0) * 2)
     assert torch.equal(saved["expected"], torch.arange(6.0))
+    # the paths come under the failure, in a section of their own: the message is the user's
     result.stdout.fnmatch_lines(
         [
-            "E * failure artifacts (heatmaps, tensors):"
+            "test_suite.py:*: TensorMismatchError",
+            "*- pytest-torch-ci -*",
+            "failure artifacts (heatmaps, tensors):"
             " artifacts/test_suite.py_test_ours/1-output_logits.png,"
             " artifacts/test_suite.py_test_ours/1-output_logits.pt",
-            "E * failure artifacts (heatmaps, tensors):"
+            "test_suite.py:*: AssertionError",
+            "*- pytest-torch-ci -*",
+            "failure artifacts (heatmaps, tensors):"
             " artifacts/test_suite.py_test_torch_testing/1-output_b_1.png, *",
         ]
     )
+    result.stdout.no_fnmatch_line("E *failure artifacts*")
     assert not (folder / "test_suite.py_test_passes").exists()
+
+
+EXPECTED_FAILURES = """
+import pytest
+import torch
+
+from pytest_torch.core.compare import TensorMismatchError, assert_close
+
+
+def test_expects_a_mismatch():
+    with pytest.raises(TensorMismatchError):
+        assert_close(torch.ones(3), torch.zeros(3))
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(torch.ones(3), torch.zeros(3))
+
+
+@pytest.mark.xfail(reason="known drift")
+def test_known_drift():
+    assert_close(torch.ones(3), torch.zeros(3))
+
+
+@pytest.mark.xfail(reason="fixed since", strict=True)
+def test_fixed_since():
+    with pytest.raises(TensorMismatchError):
+        assert_close(torch.ones(3), torch.zeros(3))
+
+
+def test_caught_then_failed():
+    failures = 0
+    for scale in (1.0, 2.0):
+        try:
+            assert_close(torch.ones(3) * scale, torch.ones(3))
+        except TensorMismatchError:
+            failures += 1
+    assert failures == 0
+"""
+
+
+def test_only_failing_tests_leave_artifacts(pytester, run):
+    pytester.makepyfile(test_suite=EXPECTED_FAILURES)
+    result = run("--torch-failure-artifacts=arts", "-rA")
+    result.assert_outcomes(passed=1, xfailed=1, failed=2)
+    folder = pytester.path / "arts"
+    # the passing test, the xfail and the strict xpass (its report fails, but with no
+    # mismatch of its own and none it did not expect) leave nothing behind
+    assert sorted(p.name for p in folder.iterdir()) == ["test_suite.py_test_caught_then_failed"]
+    caught = folder / "test_suite.py_test_caught_then_failed"
+    assert sorted(p.name for p in caught.iterdir()) == ["1-output.png", "1-output.pt"]
+    result.stdout.fnmatch_lines(
+        [
+            "failure artifacts (heatmaps, tensors) of mismatches caught earlier in the test:"
+            " arts/test_suite.py_test_caught_then_failed/1-output.png, *"
+        ]
+    )
+
+
+def test_a_passing_run_leaves_no_folder(pytester, run):
+    pytester.makepyfile(test_suite=EXPECTED_FAILURES)
+    run("--torch-failure-artifacts=arts", "-k", "expects or known").assert_outcomes(
+        passed=1, xfailed=1
+    )
+    assert not (pytester.path / "arts").exists()
+
+
+def test_runxfail_makes_an_xfail_a_failure_with_artifacts(pytester, run):
+    pytester.makepyfile(test_suite=EXPECTED_FAILURES)
+    result = run("--torch-failure-artifacts=arts", "--runxfail", "-k", "known_drift")
+    result.assert_outcomes(failed=1)
+    pictures = [p.name for p in (pytester.path / "arts").glob("*/*.png")]
+    assert pictures == ["1-output.png"]
 
 
 def test_nothing_is_written_without_the_option(pytester, run):

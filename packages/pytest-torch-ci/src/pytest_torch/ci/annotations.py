@@ -18,7 +18,9 @@ from typing import Any, NamedTuple
 MAX_ANNOTATIONS = 10
 #: lines of a failure message put into its annotation
 MESSAGE_LINES = 12
-ARTIFACTS_PREFIX = "failure artifacts (heatmaps, tensors): "
+#: set on failed reports by the plugin (see plugin.py), read here
+LINE_ATTRIBUTE = "torch_ci_failing_line"
+ARTIFACTS_ATTRIBUTE = "torch_ci_artifacts"
 
 
 class Failure(NamedTuple):
@@ -70,7 +72,30 @@ def _message(report: Any) -> str:
     return text.removeprefix("Failed: ")
 
 
+def failing_line(error: BaseException, test_file: Path) -> int | None:
+    """The line of the deepest frame in ``test_file`` of the error's own traceback.
+
+    Read from the exception, not from the printed report, so it is the same whatever
+    ``--tb`` says (native, line and no print no file locations pytest can read).
+    """
+    target = os.path.normcase(os.path.realpath(test_file))
+    same: dict[str, bool] = {}
+    line = None
+    entry = error.__traceback__
+    while entry is not None:
+        name = entry.tb_frame.f_code.co_filename
+        if name not in same:
+            same[name] = os.path.normcase(os.path.realpath(name)) == target
+        if same[name]:
+            line = entry.tb_lineno
+        entry = entry.tb_next
+    return line
+
+
 def _failing_line(report: Any, test_file: Path, invocation: Path) -> int:
+    recorded = getattr(report, LINE_ATTRIBUTE, None)
+    if isinstance(recorded, int) and recorded > 0:
+        return recorded
     entries = getattr(getattr(report.longrepr, "reprtraceback", None), "reprentries", [])
     for entry in reversed(entries):
         location = getattr(entry, "reprfileloc", None)
@@ -131,13 +156,21 @@ def commands(failures: Sequence[Failure]) -> list[str]:
     return lines
 
 
-def artifact_paths(texts: Sequence[str]) -> list[str]:
-    paths = []
-    for text in texts:
-        for line in text.splitlines():
-            if ARTIFACTS_PREFIX in line:
-                paths += [p.strip() for p in line.split(ARTIFACTS_PREFIX, 1)[1].split(",")]
-    return [p for p in paths if p]
+def artifact_paths(report: Any) -> list[str]:
+    """The failure artifacts the plugin saved for a failed report."""
+    paths = getattr(report, ARTIFACTS_ATTRIBUTE, None) or []
+    return [str(p) for p in paths]
+
+
+def fallback(report: Any, problem: str) -> Failure:
+    """An annotation at the test's ``def`` line, for a report :func:`failure` choked on."""
+    name = str(getattr(report, "nodeid", "?"))
+    location = getattr(report, "location", None) or ("", None, "")
+    return Failure(
+        name, str(getattr(report, "when", "call")), str(location[0]),
+        int(location[1] or 0) + 1, f"{name.split('::', 1)[-1]} failed",
+        f"(pytest-torch-ci could not build this annotation: {problem}; see the log)",
+    )  # fmt: skip
 
 
 def summary(
@@ -145,6 +178,7 @@ def summary(
     passed: int,
     tables: Mapping[str, Sequence[str]],
     artifacts: Sequence[str],
+    notes: Sequence[str] = (),
 ) -> str:
     """The Markdown job summary."""
     verdict = f"{len(failures)} failed" if failures else "all passed"
@@ -162,5 +196,9 @@ def summary(
     if artifacts:
         lines += ["### Failure artifacts", ""]
         lines += [f"- `{path}`" for path in artifacts]
+        lines.append("")
+    if notes:
+        lines += ["### Notes from pytest-torch-ci", ""]
+        lines += [f"- {note}" for note in notes]
         lines.append("")
     return "\n".join(lines)

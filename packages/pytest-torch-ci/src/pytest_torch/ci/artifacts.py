@@ -10,7 +10,10 @@ failing leaf it recorded).
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -44,28 +47,100 @@ def sanitise(text: str, limit: int = MAX_NAME) -> str:
     return name
 
 
-def write(directory: Path, node_id: str, pairs: Sequence[Pair]) -> list[Path]:
-    """Save each pair (heatmap when the shapes match, tensors always); the paths."""
+class Written(NamedTuple):
+    """What :func:`write` saved, and a one-line note per thing it could not save."""
+
+    paths: list[Path]
+    notes: list[str]
+
+
+def reason(error: BaseException) -> str:
+    """``Type: first line of the message`` of an error, even when its ``str()`` raises."""
+    try:
+        text = str(error).strip()
+    except Exception:
+        text = "(its message could not be read)"
+    first = text.splitlines()[0] if text else ""
+    if len(first) > 160:
+        first = first[:157] + "..."
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def _next_number(folder: Path) -> int:
+    """1 + the highest ``<n>-`` prefix in the folder (a test may fail more than once)."""
+    numbers = [0]
+    for entry in folder.iterdir():
+        head = entry.name.split("-", 1)[0]
+        if head.isdigit():
+            numbers.append(int(head))
+    return max(numbers) + 1
+
+
+def _for_saving(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy that holds only its own elements (a view would save its whole base)."""
     import torch
 
-    from pytest_torch.ci.heatmaps import draw
+    tensor = tensor.detach()
+    if tensor.device.type == "meta":
+        return tensor
+    tensor = tensor.cpu()
+    if tensor.layout == torch.strided and not (tensor.is_nested or tensor.is_quantized):
+        tensor = tensor.resolve_conj().resolve_neg().clone()
+    return tensor
+
+
+def _save_tensors(pair: Pair, path: Path) -> None:
+    import torch
+
+    content = {"actual": _for_saving(pair.actual), "expected": _for_saving(pair.expected)}
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        torch.save({**content, "path": pair.path}, temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def write(directory: Path, node_id: str, pairs: Sequence[Pair]) -> Written:
+    """Save each pair: a heatmap where one is meaningful, the tensors always.
+
+    Never raises for one pair: what could not be drawn or saved becomes a note. An
+    OSError creating the folder itself is raised (nothing can be saved at all).
+    """
+    from pytest_torch.ci.heatmaps import NoPicture, draw
 
     folder = directory / sanitise(node_id)
     folder.mkdir(parents=True, exist_ok=True)
-    first = 1 + len(list(folder.glob("*.pt")))  # a test may fail more than once (reruns)
-    written = []
-    for number, pair in enumerate(pairs, start=first):
-        stem = f"{number}-{sanitise(pair.path, 60)}"
-        tensors = folder / f"{stem}.pt"
-        actual, expected = pair.actual.detach().cpu(), pair.expected.detach().cpu()
-        torch.save({"actual": actual, "expected": expected, "path": pair.path}, tensors)
-        if actual.shape == expected.shape and actual.numel():
-            written.append(
-                draw(actual, expected, folder / f"{stem}.png", name=pair.path, rtol=pair.rtol,
-                     atol=pair.atol)
-            )  # fmt: skip
-        written.append(tensors)
-    return written
+    written: list[Path] = []
+    notes: list[str] = []
+    with warnings.catch_warnings():
+        # torch's "sparse CSR is in beta" and matplotlib's warnings are no news of the
+        # user's test, and under -W error they would stop the picture
+        warnings.simplefilter("ignore")
+        for number, pair in enumerate(pairs, start=_next_number(folder)):
+            stem = f"{number}-{sanitise(pair.path, 60)}"
+            picture: str | None = None
+            try:
+                written.append(
+                    draw(pair.actual, pair.expected, folder / f"{stem}.png", name=pair.path,
+                         rtol=pair.rtol, atol=pair.atol)
+                )  # fmt: skip
+            except NoPicture as why:
+                picture = str(why)
+            except Exception as error:
+                picture = f"no heatmap ({reason(error)})"
+            tensors = folder / f"{stem}.pt"
+            try:
+                _save_tensors(pair, tensors)
+                written.append(tensors)
+                saved = "tensors saved"
+            except Exception as error:
+                saved = f"tensors not saved ({reason(error)})"
+            if picture is not None or tensors not in written:
+                notes.append(f"{pair.path}: {picture or 'heatmap saved'}; {saved}")
+    return Written(written, notes)
 
 
 def _frames(traceback: TracebackType | None) -> Iterator[Any]:
@@ -96,7 +171,7 @@ def from_torch_testing(error: BaseException) -> list[Pair]:
             try:
                 actual = _leaf(names["actual"], key_path)
                 expected = _leaf(names["expected"], key_path)
-            except (KeyError, IndexError, TypeError):
+            except Exception:  # a container that changed, or one that raises on access
                 continue
             if isinstance(actual, torch.Tensor) and isinstance(expected, torch.Tensor):
                 path = "output" + "".join(f"[{key!r}]" for key in key_path)
@@ -105,11 +180,62 @@ def from_torch_testing(error: BaseException) -> list[Pair]:
     return []
 
 
-def describe(paths: Sequence[Path], root: Path) -> str:
-    shown = []
+def shown(paths: Sequence[Path], root: Path) -> list[str]:
+    """The paths as the user sees them: relative to ``root`` where they are inside it."""
+    texts = []
     for path in paths:
         try:
-            shown.append(str(path.relative_to(root)))
+            texts.append(str(path.relative_to(root)))
         except ValueError:
-            shown.append(str(path))
-    return "failure artifacts (heatmaps, tensors): " + ", ".join(shown)
+            texts.append(str(path))
+    return texts
+
+
+def chain(error: BaseException) -> list[BaseException]:
+    """The error, its causes and contexts, and the members of exception groups."""
+    found: list[BaseException] = []
+    todo = [error]
+    while todo and len(found) < 100:
+        current = todo.pop(0)
+        if any(current is seen for seen in found):
+            continue
+        found.append(current)
+        todo += [e for e in (current.__cause__, current.__context__) if e is not None]
+        try:
+            members = getattr(current, "exceptions", ())
+            todo += [e for e in members if isinstance(e, BaseException)]
+        except Exception:  # an "exceptions" attribute of some other kind
+            pass
+    return found
+
+
+def _announced_pairs(errors: Sequence[Any]) -> list[Pair]:
+    return [
+        Pair(m.path, m.actual, m.expected, m.rtol, m.atol)
+        for error in errors
+        for m in error.mismatches
+        if m.actual is not None and m.expected is not None
+    ]
+
+
+def of_failure(error: BaseException | None, announced: Sequence[Any]) -> tuple[list[Pair], bool]:
+    """The pairs to save for a failed test phase, and whether they were caught earlier.
+
+    The failure's own mismatch when it is one (announced by ``assert_close``, or read
+    from ``torch.testing.assert_close``'s frame), also when it is the cause or context
+    of the error raised or inside an exception group. Otherwise the mismatches the
+    phase announced and caught before it failed (``caught_earlier``), the best evidence
+    left of why it failed. Nothing for a failure without an exception (a strict XPASS:
+    the test did what it should, the mark is out of date).
+    """
+    if error is None:
+        return [], False
+    errors = chain(error)
+    own = [a for a in announced if any(a is e for e in errors)]
+    if own:
+        return _announced_pairs(own), False
+    for candidate in errors:
+        found = from_torch_testing(candidate)
+        if found:
+            return found, False
+    return _announced_pairs(announced), True

@@ -1,17 +1,26 @@
 """Pictures of tensor mismatches: actual, expected and |difference| side by side.
 
+Every tensor is first made plottable (:func:`plottable`): sparse layouts (COO, CSR,
+CSC, BSR, BSC) are densified up to :data:`MAX_ELEMENTS` elements, quantized tensors
+dequantized, the components of two nested tensors of the same structure flattened one
+after another, conjugate and negative views resolved; meta and empty tensors, tensors of
+different shapes and larger ones raise :class:`NoPicture` with the reason.
+
 Any shape becomes 2-D panels: a scalar is 1x1, 1-D data is folded into a near-square
 grid, N-D data is shown as its leading slices (the ones with the most mismatches
 first). Large panels are reduced with a max-pool of |difference| (and of the mismatch
 mask), so a single wrong element stays visible. NaN/Inf are drawn in their own colour;
-complex values are shown by magnitude, integers and booleans as numbers. Drawing uses
-matplotlib's object API on the Agg canvas: no pyplot, no global backend change, and
-matplotlib is imported only here.
+complex values are shown by magnitude with the magnitude of the complex difference,
+booleans as 0/1 with the difference panel as the mismatch map, integers as numbers.
+Drawing uses matplotlib's object API on the Agg canvas: no pyplot, no global backend
+change, and matplotlib is imported only here.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -22,8 +31,78 @@ if TYPE_CHECKING:
 MAX_SIDE = 128
 #: leading slices of N-D data shown, worst first
 MAX_SLICES = 4
+#: larger tensors are saved but not drawn (or densified): the copies would not fit
+MAX_ELEMENTS = 2**25
 NON_FINITE_COLOUR = "#ff00ff"
 PAD_COLOUR = "#d9d9d9"
+
+
+class NoPicture(ValueError):
+    """The pair cannot be drawn; the message says why (the tensors are still saved)."""
+
+
+def layout_name(tensor: torch.Tensor) -> str:
+    """``sparse_coo``, ``sparse_csr``, ``nested``, ``quantized``, ``meta`` or ``strided``."""
+    if tensor.is_nested:
+        return "nested"
+    if tensor.is_quantized:
+        return "quantized"
+    if tensor.device.type == "meta":
+        return "meta"
+    return str(tensor.layout).removeprefix("torch.")
+
+
+def _a_or_an(word: str) -> str:
+    return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
+
+
+def _plain(tensor: torch.Tensor, notes: list[str]) -> torch.Tensor:
+    """A strided CPU tensor with the values of ``tensor``; NoPicture when there is none."""
+    import torch
+
+    kind = layout_name(tensor)
+    if kind == "meta":
+        raise NoPicture("no heatmap for a meta tensor (it has a shape but no values)")
+    tensor = tensor.detach()
+    if tensor.numel() > MAX_ELEMENTS:
+        raise NoPicture(
+            f"no heatmap for {_a_or_an(kind)} tensor of {tensor.numel():,} elements (more than"
+            f" {MAX_ELEMENTS:,} to draw)"
+        )
+    if kind == "quantized":
+        tensor = tensor.dequantize()
+        notes.append("quantized: dequantized values shown")
+    elif tensor.layout != torch.strided:
+        tensor = tensor.to_dense()
+        notes.append(f"{kind}: densified")
+    return tensor.cpu().resolve_conj().resolve_neg()
+
+
+def plottable(
+    actual: torch.Tensor, expected: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Strided CPU versions of both tensors, and notes on what was done to them."""
+    import torch
+
+    notes: list[str] = []
+    if actual.is_nested or expected.is_nested:
+        if not (actual.is_nested and expected.is_nested):
+            raise NoPicture("no heatmap: a nested tensor is compared with a plain one")
+        parts = [list(t.detach().unbind()) for t in (actual, expected)]
+        if [p.shape for p in parts[0]] != [p.shape for p in parts[1]]:
+            raise NoPicture("no heatmap: the components of the nested tensors differ in shape")
+        a, e = (torch.cat([_plain(p, []).reshape(-1) for p in side]) for side in parts)
+        notes.append(f"nested: its {len(parts[0])} components flattened one after another")
+    else:
+        a, e = _plain(actual, notes), _plain(expected, [])
+        if expected.layout != actual.layout and not notes:
+            notes.append(f"{layout_name(expected)} expected: densified")
+    for side in (a, e):
+        if side.numel() == 0:
+            raise NoPicture(f"no heatmap for an empty tensor (shape {list(side.shape)})")
+    if a.shape != e.shape:
+        raise NoPicture(f"no heatmap: the shapes differ ({list(a.shape)} vs {list(e.shape)})")
+    return a, e, notes
 
 
 class Comparison(NamedTuple):
@@ -39,22 +118,29 @@ class Comparison(NamedTuple):
 def compare(
     actual: torch.Tensor, expected: torch.Tensor, rtol: float | None, atol: float | None
 ) -> Comparison:
+    """Compare two strided tensors of one shape (see :func:`plottable` for the others)."""
     import torch
 
     from pytest_torch.core.compare import default_tolerances
 
-    a, e = actual.detach().cpu(), expected.detach().cpu()
-    note = ""
-    if a.is_complex() or e.is_complex():
-        a, e = a.abs(), e.abs()
-        note = "complex: magnitudes shown"
+    a, e = actual.detach().cpu().resolve_conj().resolve_neg(), expected.detach().cpu()
+    e = e.resolve_conj().resolve_neg()
     if rtol is None or atol is None:
         rtol, atol = default_tolerances(actual.dtype, expected.dtype)
+    note = ""
+    if a.is_complex() or e.is_complex():
+        # |a| - |e| misses a change of phase: the difference is |a - e|
+        ac, ec = a.to(torch.complex128), e.to(torch.complex128)
+        mismatched = ~torch.isclose(ac, ec, rtol=rtol, atol=atol, equal_nan=True)
+        same = (ac == ec) | (ac.isnan() & ec.isnan())
+        difference = torch.where(same, torch.zeros(()), (ac - ec).abs())
+        note = "complex: |actual| and |expected| shown, and |actual - expected|"
+        return Comparison(ac.abs(), ec.abs(), difference, mismatched, note)
+    if a.dtype == torch.bool or e.dtype == torch.bool:
+        note = "bool: 1 is True, 0 is False; the difference panel is the mismatch map"
     a, e = a.to(torch.float64), e.to(torch.float64)
-    if actual.is_floating_point() or actual.is_complex():
-        mismatched = ~torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-    else:
-        mismatched = a != e
+    # integers and booleans have zero default tolerances: exact
+    mismatched = ~torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
     same_special = (a == e) | (a.isnan() & e.isnan())
     difference = torch.where(same_special, torch.zeros_like(a), (a - e).abs())
     return Comparison(a, e, difference, mismatched, note)
@@ -211,11 +297,16 @@ def draw(
     rtol: float | None = None,
     atol: float | None = None,
 ) -> Path:
-    """Draw the mismatch of two same-shape tensors into the PNG ``path``."""
+    """Draw the mismatch of two tensors of one shape into the PNG ``path``, atomically.
+
+    Raises:
+        NoPicture: the pair has no meaningful picture (see :func:`plottable`).
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    comparison = compare(actual, expected, rtol, atol)
+    a, e, notes = plottable(actual, expected)
+    comparison = compare(a, e, rtol, atol)
     shown, slices = panels(comparison)
     summary = summarise(comparison)
     where = f" at index {list(summary.where)}" if summary.where else ""
@@ -224,11 +315,8 @@ def draw(
         figures.append(f"largest |difference| {summary.largest:.4g}{where}")
     if summary.non_finite:
         figures.append(f"{summary.non_finite} with NaN/Inf on one side only (magenta)")
-    lines = [
-        f"{name}: shape {list(actual.shape)}, {str(actual.dtype).removeprefix('torch.')}",
-        "; ".join(figures),
-    ]
-    extra = [comparison.note] if comparison.note else []
+    lines = [f"{name}: {_shape_text(actual)}, {_dtype_text(actual)}", "; ".join(figures)]
+    extra = [*notes, comparison.note] if comparison.note else notes
     if slices > len(shown):
         extra.append(f"{len(shown)} of {slices} slices shown, worst first")
     if extra:
@@ -250,8 +338,27 @@ def draw(
         hspace=0.6,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        figure.savefig(temporary, format="png")
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
     return path
+
+
+def _shape_text(tensor: torch.Tensor) -> str:
+    if tensor.is_nested:
+        return f"nested, {tensor.size(0)} components"
+    return f"shape {list(tensor.shape)}"
+
+
+def _dtype_text(tensor: torch.Tensor) -> str:
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    kind = layout_name(tensor)
+    return dtype if kind in ("strided", "nested", "quantized") else f"{dtype}, {kind}"
 
 
 def _draw_row(row: Any, panel: Panel) -> None:

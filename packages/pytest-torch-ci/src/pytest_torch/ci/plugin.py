@@ -1,9 +1,12 @@
 """pytest wiring of the CI plugin (entry point ``torch_ci``).
 
-``--torch-failure-artifacts=DIR``: every tensor mismatch of a failing test — from the
-family's ``assert_close`` (through core's mismatch hook) or from
-``torch.testing.assert_close`` — is saved as a heatmap PNG and a ``.pt`` file of both
-tensors, and the paths are appended to the test's error message.
+``--torch-failure-artifacts=DIR``: the tensor mismatch of a failing test — from the
+family's ``assert_close`` (through core's mismatch hook, kept pending until the report
+says the test failed) or from ``torch.testing.assert_close`` — is saved as a heatmap
+PNG and a ``.pt`` file of both tensors, and the paths are noted under the failure.
+
+Whatever goes wrong here becomes a one-line note in the failed test's report (section
+``pytest-torch-ci``): the user's exception and message are never replaced or chained.
 
 ``--torch-github-annotations`` (on by itself under GitHub Actions): an error annotation
 per failed test at the end of the run, and a Markdown job summary when
@@ -34,11 +37,16 @@ class CiSettings:
         self.root = root
 
 
-pictures_key = pytest.StashKey[list[Path]]()
-
-
 settings_key = pytest.StashKey[CiSettings]()
-handled_key = pytest.StashKey[set[int]]()
+#: mismatches announced in the running test phase, not yet known to be failures
+pending_key = pytest.StashKey[list["TensorMismatchError"]]()
+
+#: what the report of a failed phase carries (plain values: they travel through xdist)
+LINE_ATTRIBUTE = "torch_ci_failing_line"
+ARTIFACTS_ATTRIBUTE = "torch_ci_artifacts"
+NOTES_ATTRIBUTE = "torch_ci_notes"
+NOTES_TITLE = "pytest-torch-ci"
+ARTIFACTS_PREFIX = "failure artifacts (heatmaps, tensors)"
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -115,66 +123,114 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[settings_key] = CiSettings(directory, root)
     if html is not None:
         config.pluginmanager.register(_HtmlReport(config), "torch_ci_html")
-    if directory is not None:
-        config.pluginmanager.register(_ArtifactsForTorchTesting(), "torch_ci_artifacts")
     if _annotations_enabled(config) and not hasattr(config, "workerinput"):
         config.pluginmanager.register(_GitHubReporter(config), "torch_ci_github")
-
-
-def _save(item: pytest.Item, pairs: list[Any]) -> str | None:
-    settings = item.config.stash[settings_key]
-    if settings.artifacts is None or not pairs:
-        return None
-    from pytest_torch.ci import artifacts
-
-    try:
-        paths = artifacts.write(settings.artifacts, item.nodeid, pairs)
-    except OSError as exc:  # the folder went away or filled up during the run
-        where = exc.filename or settings.artifacts
-        return f"failure artifacts could not be saved ({where}: {exc.strerror or exc})"
-    item.stash.setdefault(pictures_key, []).extend(p for p in paths if p.suffix == ".png")
-    return artifacts.describe(paths, settings.root)
 
 
 def pytest_torch_tensor_mismatch(
     config: pytest.Config, item: pytest.Item | None, error: TensorMismatchError
 ) -> None:
-    if item is None or config.stash[settings_key].artifacts is None:
-        return
-    from pytest_torch.ci.artifacts import Pair
-
-    pairs = [
-        Pair(m.path, m.actual, m.expected, m.rtol, m.atol)
-        for m in error.mismatches
-        if m.actual is not None and m.expected is not None
-    ]
-    text = _save(item, pairs)
-    if text is not None:
-        error.add_detail(text)
-        item.stash.setdefault(handled_key, set()).add(id(error))
+    # kept until the phase's report says whether the test failed (it may catch it)
+    if item is not None and config.stash[settings_key].artifacts is not None:
+        item.stash.setdefault(pending_key, []).append(error)
 
 
-class _ArtifactsForTorchTesting:
-    """Registered with --torch-failure-artifacts only: reads torch.testing's tensors."""
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    # tryfirst: the outermost wrapper, so the report is final (xfail already applied)
+    report = yield
+    announced = item.stash.get(pending_key, [])
+    item.stash[pending_key] = []
+    if report.failed:
+        try:
+            notes = _on_failure(item, call, report, announced)
+        except Exception as problem:  # the user's failure is reported whatever happens here
+            notes = [f"pytest-torch-ci: could not process this failure ({_why(problem)})"]
+        if notes:
+            add_note(report, notes)
+    return report
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        return (yield from _runtest_call(item))
 
+def _on_failure(
+    item: pytest.Item,
+    call: pytest.CallInfo[None],
+    report: pytest.TestReport,
+    announced: list[Any],
+) -> list[str]:
+    """Record the failing line and save the failure artifacts; notes for the report."""
+    error = call.excinfo.value if call.excinfo is not None else None
+    notes = []
+    if error is not None:
+        try:
+            from pytest_torch.ci.annotations import failing_line
 
-def _runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+            line = failing_line(error, item.config.rootpath / report.location[0])
+            if line is not None:
+                report.__dict__[LINE_ATTRIBUTE] = line
+        except Exception as problem:
+            notes.append(f"GitHub annotation: the failing line was not found ({_why(problem)})")
+    settings = item.config.stash[settings_key]
+    if settings.artifacts is None:
+        return notes
     try:
-        return (yield)
-    except AssertionError as error:
-        if item.config.stash[settings_key].artifacts is not None and id(
-            error
-        ) not in item.stash.get(handled_key, set()):
-            from pytest_torch.ci.artifacts import from_torch_testing
+        from pytest_torch.ci import artifacts
 
-            text = _save(item, from_torch_testing(error))
-            if text is not None and error.args and isinstance(error.args[0], str):
-                error.args = (f"{error.args[0]}\n{text}", *error.args[1:])
-        raise
+        pairs, caught_earlier = artifacts.of_failure(error, announced)
+        if not pairs:
+            return notes
+        written = artifacts.write(settings.artifacts, item.nodeid, pairs)
+    except Exception as problem:
+        notes.append(
+            f"failure artifacts: nothing saved in {settings.artifacts} ({_why(problem)})."
+            " Check that the folder is writable and has space."
+        )
+        return notes
+    shown = artifacts.shown(written.paths, settings.root)
+    report.__dict__[ARTIFACTS_ATTRIBUTE] = shown
+    if shown:
+        what = " of mismatches caught earlier in the test" if caught_earlier else ""
+        notes.append(f"{ARTIFACTS_PREFIX}{what}: {', '.join(shown)}")
+    notes += [f"failure artifacts: {note}" for note in written.notes]
+    pictures = [p for p in written.paths if p.suffix == ".png"]
+    if pictures and item.config.pluginmanager.has_plugin("torch_ci_html"):
+        try:
+            _embed_pictures(report, pictures)
+        except Exception as problem:
+            notes.append(f"HTML report: heatmaps not embedded ({_why(problem)})")
+    return notes
+
+
+def _why(problem: BaseException) -> str:
+    from pytest_torch.ci.artifacts import reason
+
+    return reason(problem)
+
+
+def add_note(report: pytest.TestReport, notes: list[str]) -> None:
+    """Notes under the failure in the report (and in its text, junit XML, xdist)."""
+    text = "\n".join(notes)
+    longrepr = report.longrepr
+    try:
+        longrepr.addsection(NOTES_TITLE, text)  # type: ignore[union-attr]
+    except Exception:  # a string or a plugin's own representation
+        report.sections.append((NOTES_TITLE, text))
+    report.__dict__.setdefault(NOTES_ATTRIBUTE, []).extend(notes)
+
+
+def _embed_pictures(report: pytest.TestReport, pictures: list[Path]) -> None:
+    import base64
+
+    from pytest_html import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
+        extras as html_extras,
+    )
+
+    added = list(getattr(report, "extras", []))
+    for picture in pictures:
+        encoded = base64.b64encode(picture.read_bytes()).decode("ascii")
+        added.append(html_extras.png(encoded, picture.stem))
+    report.extras = added  # type: ignore[attr-defined]
 
 
 class _GitHubReporter:
@@ -183,17 +239,24 @@ class _GitHubReporter:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.failures: list[Any] = []
-        self.texts: list[str] = []
+        self.artifacts: list[str] = []
+        self.notes: list[str] = []
         self.passed = 0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        from pytest_torch.ci.annotations import failure
+        from pytest_torch.ci import annotations
 
         if report.failed and not hasattr(report, "wasxfail"):
-            self.failures.append(
-                failure(report, self.config.rootpath, self.config.invocation_params.dir)
-            )
-            self.texts.append(report.longreprtext)
+            try:
+                found = annotations.failure(
+                    report, self.config.rootpath, self.config.invocation_params.dir
+                )
+            except Exception as problem:
+                why = _why(problem)
+                found = annotations.fallback(report, why)
+                add_note(report, [f"GitHub annotation: built from the test's location ({why})"])
+            self.failures.append(found)
+            self.artifacts += annotations.artifact_paths(report)
         elif report.passed and report.when == "call":
             self.passed += 1
 
@@ -204,40 +267,80 @@ class _GitHubReporter:
         for command in commands(self.failures):
             terminalreporter.ensure_newline()  # GitHub reads commands at line starts only
             terminalreporter.write_line(command)
+        for note in self.notes:
+            terminalreporter.write_line(f"pytest-torch-ci: {note}")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        # runs before the terminal summary, which prints self.notes
         path = os.environ.get("GITHUB_STEP_SUMMARY")
         if not path:
             return
-        from pytest_torch.ci.annotations import artifact_paths, summary
+        from pytest_torch.ci.annotations import summary
 
-        text = summary(self.failures, self.passed, _tables(self.config), artifact_paths(self.texts))
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(text + "\n")
+        tables, notes = _tables(self.config)
+        self.notes += notes
+        try:
+            text = summary(self.failures, self.passed, tables, self.artifacts, notes)
+            with open(path, "a", encoding="utf-8") as out:
+                out.write(text + "\n")
+        except Exception as problem:
+            self.notes.append(
+                f"the job summary was not written to $GITHUB_STEP_SUMMARY ({path}):"
+                f" {_why(problem)}. The annotations above still name every failure."
+            )
 
 
-def _tables(config: pytest.Config) -> dict[str, list[str]]:
-    """The end-of-run tables of the sibling plugins that ran."""
+def _tables(config: pytest.Config) -> tuple[dict[str, list[str]], list[str]]:
+    """The end-of-run tables of the sibling plugins that ran; a note per one that failed."""
     tables: dict[str, list[str]] = {}
-    if config.pluginmanager.hasplugin("torch_perf"):
-        from pytest_torch.perf.plugin import settings_key as perf_key
-        from pytest_torch.perf.records import render_table
+    notes: list[str] = []
+    for title, build in (
+        ("Performance", _perf_table),
+        ("Benchmarks", _benchmark_table),
+        ("Peak memory", _memory_table),
+    ):
+        try:
+            table = build(config)
+        except Exception as problem:
+            notes.append(f"the {title.lower()} table could not be built ({_why(problem)})")
+            continue
+        if table:
+            tables[title] = table
+    return tables, notes
 
-        perf = config.stash.get(perf_key, None)
-        if perf is not None and perf.records:
-            tables["Performance"] = render_table(perf.records)
-        if perf is not None and perf.benchmark_results:
-            from pytest_torch.perf.suite_report import render
 
-            tables["Benchmarks"] = render(perf.benchmark_results, perf.machine())
-    if config.pluginmanager.hasplugin("torch_memory"):
-        from pytest_torch.memory.plugin import settings_key as memory_key
-        from pytest_torch.memory.report import render_table as memory_table
+def _perf_table(config: pytest.Config) -> list[str]:
+    if not config.pluginmanager.hasplugin("torch_perf"):
+        return []
+    from pytest_torch.perf.plugin import settings_key as perf_key
+    from pytest_torch.perf.records import render_table
 
-        memory = config.stash.get(memory_key, None)
-        if memory is not None and memory.records:
-            tables["Peak memory"] = memory_table(memory.records, memory.top or 10)
-    return tables
+    perf = config.stash.get(perf_key, None)
+    return render_table(perf.records) if perf is not None and perf.records else []
+
+
+def _benchmark_table(config: pytest.Config) -> list[str]:
+    if not config.pluginmanager.hasplugin("torch_perf"):
+        return []
+    from pytest_torch.perf.plugin import settings_key as perf_key
+    from pytest_torch.perf.suite_report import render
+
+    perf = config.stash.get(perf_key, None)
+    if perf is None or not perf.benchmark_results:
+        return []
+    return render(perf.benchmark_results, perf.machine())
+
+
+def _memory_table(config: pytest.Config) -> list[str]:
+    if not config.pluginmanager.hasplugin("torch_memory"):
+        return []
+    from pytest_torch.memory.plugin import settings_key as memory_key
+    from pytest_torch.memory.report import render_table as memory_table
+
+    memory = config.stash.get(memory_key, None)
+    if memory is None or not memory.records:
+        return []
+    return memory_table(memory.records, memory.top or 10)
 
 
 def _html_report(config: pytest.Config) -> Path | None:
@@ -257,33 +360,15 @@ class _HtmlReport:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(
-        self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        report = yield
-        pictures = item.stash.get(pictures_key, [])
-        if report.failed and pictures:
-            import base64
-
-            from pytest_html import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
-                extras as html_extras,
-            )
-
-            added = list(getattr(report, "extras", []))
-            for picture in pictures:
-                encoded = base64.b64encode(picture.read_bytes()).decode("ascii")
-                added.append(html_extras.png(encoded, picture.stem))
-            report.extras = added  # type: ignore[attr-defined]
-            item.stash[pictures_key] = []
-        return report
-
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(
         self, prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session
     ) -> None:
         import html
 
-        for title, table in _tables(self.config).items():
+        tables, notes = _tables(self.config)
+        for title, table in tables.items():
             text = html.escape("\n".join(table))
             prefix.append(f"<h2>pytest-torch: {html.escape(title)}</h2><pre>{text}</pre>")
+        for note in notes:
+            prefix.append(f"<p>pytest-torch-ci: {html.escape(note)}</p>")

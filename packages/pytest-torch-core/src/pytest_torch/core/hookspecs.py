@@ -48,7 +48,8 @@ def pytest_torch_tensor_mismatch(
     """A tensor mismatch is about to be raised by ``assert_close``.
 
     ``error.mismatches`` holds every mismatching pair with its tensors, path and
-    figures; ``item`` is the running test (None outside a test). An implementation
-    adds lines to the message the user sees with ``error.add_detail(text)`` (for
-    example the path of a heatmap it saved).
+    figures; ``item`` is the running test (None outside a test). The error may still
+    be caught by the test (``pytest.raises``), so an implementation that writes files
+    keeps the mismatch aside and acts only once the test's report says it failed.
+    ``error.add_detail(text)`` adds a line to the message the user sees.
     """
