@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from pytest_torch.memory.culprits import creation_sites, describe_holder
+from pytest_torch.memory.culprits import creation_sites, describe_holder, find_holder, short_repr
 
 kept_globally = {}
+step_outputs = []
 
 
 class Trainer:
@@ -55,3 +56,70 @@ def test_creation_sites_name_the_calling_line():
     assert site.function == "test_creation_sites_name_the_calling_line"
     assert site.describe().endswith("`made = torch.zeros(3) + 1  # the line`")
     assert sites.site_of(torch.ones(1)) is None
+
+
+def _remember(x, cache=[]):  # noqa: B006 (the leak under test)
+    cache.append(x)
+
+
+def _remember_kw(x, *, seen=[]):  # noqa: B006
+    seen.append(x)
+
+
+def test_default_arguments_are_named():
+    tensor = torch.ones(2)
+    _remember(tensor)
+    _remember_kw(tensor)
+    try:
+        holder = describe_holder(tensor, ignore=[_remember_kw.__kwdefaults__["seen"]])
+        assert holder == "list in default argument `cache` of function `_remember`"
+        holder = describe_holder(tensor, ignore=[_remember.__defaults__[0]])
+        assert holder == "list in default argument `seen` of function `_remember_kw`"
+    finally:
+        _remember.__defaults__[0].clear()
+        _remember_kw.__kwdefaults__["seen"].clear()
+
+    def direct(x, weight=tensor):
+        return x * weight
+
+    assert describe_holder(tensor) == (
+        "default argument `weight` of function `test_default_arguments_are_named.<locals>.direct`"
+    )
+
+
+def test_keys_are_short_and_tensors_never_show_their_numbers():
+    key, value = torch.arange(49.0).reshape(7, 7), torch.ones(3)
+    kept_globally[key] = value
+    kept_globally[("a" * 100, 1)] = torch.zeros(1)
+    try:
+        holder = describe_holder(value)
+        assert (
+            holder
+            == "key `tensor [7, 7] float32` of dict `kept_globally` in module `test_culprits`"
+        )
+        assert describe_holder(key) == "keys of dict `kept_globally` in module `test_culprits`"
+        long_key = describe_holder(kept_globally[("a" * 100, 1)])
+        assert long_key is not None and "('aaaa" in long_key and "..." in long_key
+        assert len(long_key.split("`")[1]) == 40
+    finally:
+        kept_globally.clear()
+    assert short_repr(torch.ones(2, 3, dtype=torch.int64)) == "tensor [2, 3] int64"
+    assert short_repr(torch.ones(3).to_sparse()) == "sparse_coo tensor [3] float32"
+    assert short_repr("step 3") == "step 3"
+
+
+def test_output_structures_kept_per_step_are_recognised():
+    logits = torch.ones(2)
+    step_outputs.append({"logits": logits})
+    try:
+        holder = find_holder(logits)
+        assert holder is not None and holder.structure == "dict"
+        assert (
+            holder.text == "key `logits` of a dict in list `step_outputs` in module `test_culprits`"
+        )
+    finally:
+        step_outputs.clear()
+    trainer = Trainer()
+    trainer.losses.append(torch.ones(1))
+    holder = find_holder(trainer.losses[0])
+    assert holder is not None and holder.structure is None  # one container: not a structure

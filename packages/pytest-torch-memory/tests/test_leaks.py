@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import gc
 import re
+import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_torch.memory.census import Census, GroupKey
+from pytest_torch.memory.api import assert_max_memory, assert_no_memory_leak
+from pytest_torch.memory.census import Census, GroupKey, take_census
 from pytest_torch.memory.leak_settings import LeakCheck, parse_bytes, parse_leak_check
 from pytest_torch.memory.leaks import check_for_leaks, culprits, judge
 
@@ -199,9 +201,158 @@ def test_parse_bytes_and_leak_markers():
     defaults = LeakCheck(4, 1, 2)
     assert parse_leak_check((), {}, "t", defaults) == defaults
     assert parse_leak_check((7,), {"tolerance_bytes": "1KiB"}, "t", defaults) == (7, 1, 1024)
-    with pytest.raises(ValueError, match="needs iterations >= 2"):
+    with pytest.raises(ValueError, match=r"iterations: expected a whole number from 2 to 1000"):
         parse_leak_check((1,), {}, "t", defaults)
     with pytest.raises(ValueError, match="unknown keyword"):
         parse_leak_check((), {"runs": 3}, "t", defaults)
-    with pytest.raises(ValueError, match="tolerance_tensors must be an int >= 0"):
+    with pytest.raises(ValueError, match="tolerance_tensors: expected a whole number >= 0 "):
         parse_leak_check((), {"tolerance_tensors": -1}, "t", defaults)
+
+
+graph_nodes: list = []
+
+
+def test_kept_grad_fn_nodes_get_their_own_advice():
+    model = torch.nn.Linear(8, 4)
+
+    def step():
+        graph_nodes.append(model(torch.ones(5, 8)).relu().sum().grad_fn)
+
+    try:
+        message = check_for_leaks(step, LeakCheck(3))
+    finally:
+        graph_nodes.clear()
+    assert message is not None
+    assert "autograd graph nodes held by Python after each run: 1 -> 2 -> 3 -> 4" in message
+    assert "4 autograd graph nodes SumBackward0 (grad_fn objects), 1 per run" in message
+    assert "held by list `graph_nodes` in module `test_leaks`" in message
+    assert (
+        "you keep autograd graph nodes (grad_fn): keep the tensor's value with .detach()"
+        " or drop the reference" in message
+    )
+    assert "store tensor.detach()" not in message
+
+
+def test_plain_tensors_and_output_structures_get_fitting_advice():
+    model = torch.nn.Linear(4, 2)
+
+    def keep_plain():
+        history.append(torch.ones(3))
+
+    message = check_for_leaks(keep_plain, LeakCheck(3))
+    assert message is not None
+    assert (
+        "plain tensors (no autograd graph) pile up there: clear or bound the container" in message
+    )
+    assert "autograd graph" not in message.split("plain tensors")[0]
+    history.clear()
+
+    def keep_outputs():
+        out = model(torch.ones(2, 4))
+        history.append({"logits": out, "loss": out.sum()})
+
+    message = check_for_leaks(keep_outputs, LeakCheck(3))
+    assert message is not None
+    assert "held by key `logits` of a dict in list `history` in module `test_leaks`" in message
+    assert "an output structure is kept on every run: each run's outputs, in a dict" in message
+
+
+def _silent_census():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        census = take_census()
+    assert [str(w.message) for w in caught] == []
+    return census
+
+
+def test_fake_functional_and_meta_tensors_are_skipped_without_warnings():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    before = _silent_census()
+    with FakeTensorMode():
+        fakes = [torch.ones(64, 64) for _ in range(3)]
+    metas = [torch.ones(1024, device="meta") for _ in range(2)]
+    after = _silent_census()
+    assert after.counts == before.counts  # neither fake nor meta tensors own memory
+    assert after.device_bytes == before.device_bytes
+    del fakes, metas
+
+    def compile_and_keep():  # compiled code leaves fake tensors behind: not a leak
+        compiled = torch.compile(torch.nn.Linear(3, 3), backend="eager")
+        with torch.no_grad():
+            compiled(torch.ones(2, 3))
+        torch._dynamo.reset()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_for_leaks(compile_and_keep, LeakCheck(2))
+    assert [str(w.message) for w in caught if "data pointer" in str(w.message)] == []
+
+
+def test_sparse_and_nested_tensors_are_counted_by_what_they_are():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own "nested tensors are a prototype"
+        nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    sparse = torch.ones(4).to_sparse()
+    census = _silent_census()
+    assert census.counts.get(GroupKey((2,), "float32", "cpu", False, None, "nested")) == 1
+    key = GroupKey((4,), "float32", "cpu", False, None, "sparse_coo")
+    assert census.counts.get(key) == 1
+    assert key.describe() == "shape [4], float32, cpu, sparse_coo"
+    assert GroupKey((2,), "float32", "cpu", False, None, "nested").describe() == (
+        "2 nested tensors, float32, cpu"
+    )
+    del nested, sparse
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"iterations": 0}, ValueError, "iterations: expected a whole number from 2 to 1000"),
+        ({"iterations": 10**6}, ValueError, "a leak), got 1000000"),
+        ({"iterations": True}, TypeError, "got True (a bool is not a count)"),
+        ({"iterations": 3.0}, TypeError, "got 3.0"),
+        ({"iterations": float("nan")}, TypeError, "NaN and infinities are not counts"),
+        ({"tolerance_tensors": -1}, ValueError, "tolerance_tensors: expected a whole number >= 0"),
+        ({"tolerance_tensors": False}, TypeError, "a bool is not a count"),
+        ({"tolerance_bytes": float("inf")}, ValueError, "(finite, at most 8 EiB), got inf"),
+        ({"tolerance_bytes": float("nan")}, ValueError, "got nan"),
+        ({"tolerance_bytes": -1}, ValueError, "expected a number of bytes >= 0"),
+        ({"tolerance_bytes": True}, TypeError, "expected a number of bytes >= 0"),
+        ({"tolerance_bytes": "9" * 400}, ValueError, "at most 8 EiB"),
+        ({"tolerance_bytes": [1]}, TypeError, "got [1]"),
+    ],
+)
+def test_bad_leak_settings_are_clear_errors(kwargs, error, message):
+    with pytest.raises(error) as info:
+        parse_leak_check((), kwargs, "t.py::test", LeakCheck())
+    assert str(info.value).startswith("t.py::test: @pytest.mark.torch_memory_leak ")
+    assert message in str(info.value)
+    assert "Example: @pytest.mark.torch_memory_leak(" in str(info.value)
+    # the function says the same, in its own name
+    with pytest.raises(error) as info:
+        assert_no_memory_leak(lambda: None, **kwargs)
+    assert str(info.value).startswith("assert_no_memory_leak ")
+    assert message in str(info.value)
+    assert "marker" not in str(info.value) and "pytest.mark" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("mb", "error"),
+    [
+        (float("nan"), ValueError),
+        (float("inf"), ValueError),
+        (-1, ValueError),
+        (0, ValueError),
+        (2.0**60, ValueError),
+        (True, TypeError),
+        ("64", TypeError),
+    ],
+)
+def test_bad_budgets_for_the_function_are_clear_errors(mb, error):
+    with pytest.raises(
+        error, match=r"assert_max_memory needs a positive budget in MiB, got "
+    ) as info:
+        assert_max_memory(lambda: None, mb=mb)
+    assert "pytest.mark" not in str(info.value)
+    assert "Example: assert_max_memory(step, mb=512" in str(info.value)

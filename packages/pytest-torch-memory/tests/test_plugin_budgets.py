@@ -51,9 +51,10 @@ def test_budgets_pass_and_fail_with_a_message_that_explains(suite, run):
     result.stdout.fnmatch_lines(
         [
             "*_ test_over _*",
-            # other tests of this process may leave a few KiB of tensors alive
+            # other tests of this process may leave some KiB of tensors alive: 1.0 MiB
+            # is +16.7 %, and 20 KiB more read +17.0 % (--randomly-seed=2627197021)
             "peak memory on cpu was 7.0 MiB, over the torch_max_memory budget of 6 MiB by"
-            " 1.0 MiB (+16.? %)",
+            " 1.0 MiB (+1[67].? %)",
             "  already allocated when the test body started: 4.0 MiB  (live tensors:*",
             "  added by the test body at its peak:            3.0 MiB",
             "  largest blocks alive at the peak:",
@@ -103,7 +104,7 @@ def test_ini_twins(suite, run):
         ("torch_max_memory('lots')", "needs a positive budget in MiB, got 'lots'"),
         ("torch_max_memory(mb=5, limit=3)", "got unknown keyword(s) limit"),
         ("torch_max_memory(5, device='gpu')", "unknown device type 'gpu'"),
-        ("torch_memory_leak(iterations=0)", "needs iterations >= 2"),
+        ("torch_memory_leak(iterations=0)", "iterations: expected a whole number from 2 to 1000"),
         ("torch_memory_leak(tolerance_bytes='much')", "expected a number of bytes"),
     ],
 )
@@ -127,7 +128,7 @@ def test_bad_markers_are_collection_errors_naming_the_test(pytester, run, marker
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        ("--torch-leak-iterations=1", "expected a whole number >= 2, got '1'"),
+        ("--torch-leak-iterations=1", "expected a whole number from 2 to 1000, got '1'"),
         ("--torch-leak-tolerance-tensors=-1", "expected a whole number >= 0"),
         ("--torch-leak-tolerance-bytes=lots", "expected a number of bytes >= 0"),
         ("--torch-memory-top=few", "expected a whole number >= 0, got 'few'"),

@@ -13,7 +13,7 @@ from pytest_torch.memory.budgets import (
     budget_failure,
     over_budget,
 )
-from pytest_torch.memory.leak_settings import LeakCheck, parse_bytes
+from pytest_torch.memory.leak_settings import LeakCheck, leak_check_from
 from pytest_torch.memory.leaks import MemoryLeakError, check_for_leaks
 
 if TYPE_CHECKING:
@@ -33,14 +33,15 @@ def assert_max_memory(
 ) -> dict[str, PeakMemory]:
     """Call ``fn(*args, **kwargs)`` once; raise :class:`MemoryBudgetError` when its peak
     on a device (every available one, or the ``device`` types given) exceeds ``mb`` MiB.
-    Returns the measured peaks per device."""
+    Returns the measured peaks per device. A budget that is not a finite number > 0
+    raises ValueError (TypeError for a bool or a non-number)."""
     __tracebackhide__ = True
     from pytest_torch.memory.budgets import parse_budget
 
     keywords: dict[str, Any] = {"mb": mb}
     if device is not None:
         keywords["device"] = device if isinstance(device, str) else list(device)
-    budget: MemoryBudget = parse_budget((), keywords, "assert_max_memory")
+    budget: MemoryBudget = parse_budget((), keywords, "assert_max_memory", marker=False)
     chosen = [d for d in _all_devices() if budget.applies_to(d.type)]
     with PeakTracker(chosen) as tracker:
         fn(*args, **kwargs)
@@ -62,19 +63,19 @@ def assert_no_memory_leak(
 ) -> None:
     """Call ``fn(*args, **kwargs)`` once to warm up and ``iterations`` more times; raise
     :class:`MemoryLeakError` naming what accumulates when every call leaves more live
-    tensors (or bytes on a device) behind than the one before."""
+    tensors (or bytes on a device) behind than the one before. Counts must be whole
+    numbers in range (ValueError; TypeError for a bool, a float or a non-number)."""
     __tracebackhide__ = True
-    from pytest_torch.memory.leak_settings import parse_leak_check
-
-    check: LeakCheck = parse_leak_check(
+    check: LeakCheck = leak_check_from(
         (),
         {
             "iterations": iterations,
             "tolerance_tensors": tolerance_tensors,
-            "tolerance_bytes": parse_bytes(tolerance_bytes, "assert_no_memory_leak"),
+            "tolerance_bytes": tolerance_bytes,
         },
         "assert_no_memory_leak",
         LeakCheck(),
+        marker=False,
     )
     accelerators = [d for d in _all_devices() if d.type != "cpu"]
     message = check_for_leaks(lambda: fn(*args, **kwargs), check, accelerators)

@@ -7,11 +7,13 @@ is tested with made-up numbers; the plugin does the measuring.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from pytest_torch.core.devices import DeviceSpecError, parse_device_types
 from pytest_torch.core.memory import PeakMemory, format_bytes
+from pytest_torch.memory.leak_settings import ArgumentTypeError
 
 MARKER = "torch_max_memory"
 MIB = 2**20
@@ -30,32 +32,53 @@ class MemoryBudget(NamedTuple):
         return self.device_types is None or device.split(":")[0] in self.device_types
 
 
-def parse_budget(args: Sequence[Any], kwargs: Mapping[str, Any], where: str) -> MemoryBudget:
-    """The budget of a ``torch_max_memory`` marker; ValueError naming ``where``."""
-    example = f"Example: @pytest.mark.{MARKER}(mb=512) or ({MARKER}(512, device='cuda'))"
+#: a budget above this (8 EiB) is not a size any device has
+MAX_MB = 2**43
+
+
+def parse_budget(
+    args: Sequence[Any], kwargs: Mapping[str, Any], where: str, marker: bool = True
+) -> MemoryBudget:
+    """The budget of a ``torch_max_memory`` marker (or, with ``marker=False``, of
+    ``assert_max_memory``); ValueError naming ``where`` (ArgumentTypeError, also a
+    TypeError, for an argument of the wrong type)."""
+    if marker:
+        prefix = f"{where}: @pytest.mark.{MARKER}"
+        example = f"Example: @pytest.mark.{MARKER}(mb=512) or ({MARKER}(512, device='cuda'))"
+    else:
+        prefix = where
+        example = f"Example: {where}(step, mb=512, device='cuda')"
     unknown = set(kwargs) - {"mb", "device"}
     if unknown:
         raise ValueError(
-            f"{where}: @pytest.mark.{MARKER} got unknown keyword(s)"
+            f"{prefix} got unknown keyword(s)"
             f" {', '.join(sorted(unknown))}; it takes mb= and device=. {example}"
         )
     if len(args) > 1 or (args and "mb" in kwargs):
-        raise ValueError(f"{where}: @pytest.mark.{MARKER} takes mb once. {example}")
+        raise ValueError(f"{prefix} takes mb once. {example}")
     mb = args[0] if args else kwargs.get("mb")
-    if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb > 0 or math.isinf(mb):
+    expected = "a finite number of MiB > 0 such as 512"
+    if isinstance(mb, bool) or not isinstance(mb, numbers.Real):
+        hint = " (a bool is not a size)" if isinstance(mb, bool) else ""
+        raise ArgumentTypeError(
+            f"{prefix} needs a positive budget in MiB, got {mb!r}{hint}; expected {expected}."
+            f" {example}"
+        )
+    if not 0 < float(mb) <= MAX_MB:  # also false for NaN
         raise ValueError(
-            f"{where}: @pytest.mark.{MARKER} needs a positive budget in MiB, got {mb!r}. {example}"
+            f"{prefix} needs a positive budget in MiB, got {mb!r}; expected {expected}"
+            f" (at most 2**43 MiB, 8 EiB). {example}"
         )
     device = kwargs.get("device")
     types: tuple[str, ...] | None = None
     if device is not None:
         if not isinstance(device, (str, list, tuple)):
-            raise ValueError(
-                f"{where}: @pytest.mark.{MARKER} device= takes a device type such as"
+            raise ArgumentTypeError(
+                f"{prefix} device= takes a device type such as"
                 f" 'cuda' or a list of them, got {device!r}. {example}"
             )
         try:
-            parsed = parse_device_types(device, source=f"{where}: @pytest.mark.{MARKER} device=")
+            parsed = parse_device_types(device, source=f"{prefix} device=")
         except DeviceSpecError as exc:
             raise ValueError(str(exc)) from None
         types = None if parsed is None else tuple(parsed)

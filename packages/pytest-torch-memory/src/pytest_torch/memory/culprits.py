@@ -5,7 +5,9 @@ call returns, the first line outside torch (and outside this family) on the stac
 costs a frame walk per torch call, so the leak check uses it for one extra run only,
 once a leak is already proven. :func:`describe_holder` follows the garbage collector's
 referrers up from a tensor to something with a name: a module global, an attribute, a
-variable captured by a closure.
+variable captured by a closure, a function's default argument. Keys are named by a short
+repr, a tensor by its shape and dtype (never its numbers). :func:`find_holder` also says
+what kind of holder it is, so the report can give advice that fits.
 """
 
 from __future__ import annotations
@@ -24,6 +26,18 @@ if TYPE_CHECKING:
 
 #: how far up the referrers a holder is looked for
 MAX_DEPTH = 4
+#: how much of a dict key's repr a holder's name shows
+MAX_KEY_CHARS = 40
+
+
+class Holder(NamedTuple):
+    """Who keeps a tensor (or a graph node) alive."""
+
+    #: "list `history` in module `train`", "default argument `cache` of function `f`"
+    text: str
+    #: the type of the per-step structure (a dict, a tuple) the object sits in, when that
+    #: structure is itself kept in a growing container: outputs retained per step
+    structure: str | None = None
 
 
 class Site(NamedTuple):
@@ -71,7 +85,8 @@ def _make_mode_class() -> type:
             kwargs: dict[str, Any] | None = None,
         ) -> Any:
             result = func(*args, **(kwargs or {}))
-            self._note(result)
+            if not _compiling():  # torch.compile traces modes: it must not trace the walk
+                self._note(result)
             return result
 
         def _note(self, result: Any) -> None:
@@ -115,6 +130,13 @@ def _make_mode_class() -> type:
 _mode_class: type | None = None
 
 
+def _compiling() -> bool:
+    import torch
+
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(is_compiling()) if is_compiling is not None else False
+
+
 def creation_sites() -> Any:
     """A fresh torch function mode recording where tensors are created (``with`` it)."""
     global _mode_class
@@ -127,22 +149,64 @@ def _module_of(namespace: dict[Any, Any]) -> str | None:
     """The module name when ``namespace`` is a module's globals."""
     name = namespace.get("__name__")
     if isinstance(name, str) and "__builtins__" in namespace:
-        # pytest's importlib mode names test modules after their path
-        # ("packages.my-lib.tests.test_train"): the last part is the one people know
-        if not all(part.isidentifier() for part in name.split(".")):
-            return name.rpartition(".")[2]
-        return name
+        return _short_module(name)
     for module_name, module in list(sys.modules.items()):
         if getattr(module, "__dict__", None) is namespace:
             return module_name
     return None
 
 
+def short_repr(obj: object, limit: int = MAX_KEY_CHARS) -> str:
+    """A name for a dict key that fits in a line: strings as they are, tensors by shape
+    and dtype (printing one would dump its numbers), anything else as a cut repr."""
+    if isinstance(obj, str):
+        text = obj
+    elif _is_tensor(obj):
+        text = _describe_tensor(obj)
+    else:
+        try:
+            text = repr(obj)
+        except Exception:  # a key whose repr fails is still a key
+            text = f"<{_kind(obj)} object>"
+    text = " ".join(text.split())  # one line
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_tensor(obj: object) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _describe_tensor(tensor: Any) -> str:
+    try:
+        layout = str(tensor.layout).removeprefix("torch.")
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        if getattr(tensor, "is_nested", False):
+            return f"nested tensor of {tensor.size(0)} {dtype}"
+        kind = "tensor" if layout == "strided" else f"{layout} tensor"
+        return f"{kind} {list(tensor.shape)} {dtype}"
+    except Exception:  # a tensor subclass that cannot describe itself
+        return f"<{_kind(tensor)}>"
+
+
+def _short_module(name: str) -> str:
+    # pytest's importlib mode names test modules after their path
+    # ("packages.my-lib.tests.test_train"): the last part is the one people know
+    if not all(part.isidentifier() for part in name.split(".")):
+        return name.rpartition(".")[2]
+    return name
+
+
 def _key_in(mapping: dict[Any, Any], value: object) -> str | None:
-    for key, item in mapping.items():
+    for key, item in list(mapping.items()):
         if item is value:
-            return str(key)
+            return short_repr(key)
     return None
+
+
+def _is_key_of(mapping: dict[Any, Any], value: object) -> bool:
+    # by identity: ``value in mapping`` would call a tensor's __eq__
+    return any(key is value for key in list(mapping))
 
 
 def _kind(obj: object) -> str:
@@ -152,8 +216,45 @@ def _kind(obj: object) -> str:
 def describe_holder(target: object, ignore: Iterable[object] = ()) -> str | None:
     """A readable answer to "who keeps ``target`` alive?", or None when nothing with a
     name could be found within :data:`MAX_DEPTH` referrers."""
+    holder = find_holder(target, ignore)
+    return None if holder is None else holder.text
+
+
+def find_holder(target: object, ignore: Iterable[object] = ()) -> Holder | None:
+    """Like :func:`describe_holder`, also saying whether ``target`` sits in a per-step
+    structure (a dict or tuple of outputs) that a container keeps."""
     ignored = {id(obj) for obj in ignore}
-    return _describe(target, ignored, 0)
+    text = _describe(target, ignored, 0)
+    if text is None:
+        return None
+    return Holder(text, _structure_of(target, ignored))
+
+
+def _structure_of(target: object, ignored: set[int]) -> str | None:
+    """The type of a dict/tuple/list holding ``target`` that is itself an element of a
+    list, deque or plain dict: ``outputs.append({"logits": out, "loss": loss})``."""
+    holders = _referrers(target, ignored)
+    ignored = ignored | {id(holders)}
+    for inner in holders:
+        if not isinstance(inner, (dict, list, tuple)) or _is_namespace(inner, ignored):
+            continue
+        for outer in _referrers(inner, ignored | {id(inner)}):
+            if _is_deque(outer) or isinstance(outer, list):
+                return _kind(inner)
+            if (
+                isinstance(outer, dict)
+                and _key_in(outer, inner) is not None
+                and not _is_namespace(outer, ignored | {id(inner)})
+            ):
+                return _kind(inner)
+    return None
+
+
+def _is_namespace(obj: object, ignored: set[int]) -> bool:
+    """A module's globals or an object's ``__dict__``: holds names, not steps."""
+    if not isinstance(obj, dict):
+        return False
+    return _module_of(obj) is not None or _instance_with(obj, ignored | {id(obj)}) is not None
 
 
 def _referrers(target: object, ignored: set[int]) -> list[object]:
@@ -187,6 +288,10 @@ def _describe(target: object, ignored: set[int], depth: int) -> str | None:
             if text:
                 return text
         elif isinstance(ref, (list, tuple, set, frozenset)) or _is_deque(ref):
+            if isinstance(ref, tuple):
+                text = _describe_default(ref, target, ignored | {id(ref)})
+                if text:
+                    return text
             inner = _describe(ref, ignored | {id(ref)}, depth + 1)
             if inner:
                 return _container(ref, inner)
@@ -222,17 +327,33 @@ def _container(container: object, holder: str) -> str:
     if holder.startswith(("global ", "variable ")):
         # "global `history` in module `m`" -> "list `history` in module `m`"
         return f"{kind} {holder.split(' ', 1)[1]}"
-    if holder.startswith("attribute "):
+    if holder.startswith(("attribute ", "default argument ")):
         return f"{kind} in {holder}"
     return f"a {kind} in {holder}"
 
 
 def _instance_with(namespace: dict[Any, Any], ignored: set[int]) -> object | None:
-    """The object whose ``__dict__`` is ``namespace``, if any."""
+    """The object whose ``__dict__`` is ``namespace`` (a class's, behind its read-only
+    proxy, included), if any."""
     for owner in _referrers(namespace, ignored):
-        if getattr(owner, "__dict__", None) is namespace:
+        found = getattr(owner, "__dict__", None)
+        if found is namespace:
             return owner
+        if isinstance(owner, type) and isinstance(found, types.MappingProxyType):
+            try:
+                if len(found) == len(namespace) and all(
+                    found.get(key) is value for key, value in list(namespace.items())
+                ):
+                    return owner
+            except Exception:  # an odd metaclass: not this one
+                continue
     return None
+
+
+def _owner_name(owner: object) -> str:
+    if isinstance(owner, type):
+        return f"class `{owner.__qualname__}`"
+    return f"a `{_kind(owner)}` object"
 
 
 def _owners(mapping: dict[Any, Any], ignored: set[int]) -> list[object]:
@@ -253,12 +374,25 @@ def _describe_dict(
 ) -> str | None:
     key = _key_in(mapping, target)
     if key is None:
-        return None
+        if not _is_key_of(mapping, target):
+            return None
+        inner = _describe(mapping, ignored, depth + 1)
+        if inner is None:
+            return None
+        if inner.startswith(("global ", "variable ")):
+            return f"keys of dict {inner.split(' ', 1)[1]}"
+        return f"keys of a dict in {inner}"
+    for function in _referrers(mapping, ignored):
+        if isinstance(function, types.FunctionType) and function.__kwdefaults__ is mapping:
+            return f"default argument `{key}` of function `{function.__qualname__}`"
     instance = _instance_with(mapping, ignored)
     if instance is not None:
+        if isinstance(instance, type):  # a class lives as long as its module: its name says it
+            module = _short_module(str(getattr(instance, "__module__", "?")))
+            return f"attribute `{key}` of {_owner_name(instance)} in module `{module}`"
         where = _describe(instance, ignored | {id(instance)}, depth + 1)
         suffix = f" ({where})" if where else ""
-        return f"attribute `{key}` of a `{_kind(instance)}` object{suffix}"
+        return f"attribute `{key}` of {_owner_name(instance)}{suffix}"
     for owner in _owners(mapping, ignored):
         registry = _module_registry(owner, mapping)
         if registry is not None:
@@ -293,4 +427,17 @@ def _describe_cell(cell: types.CellType, ignored: set[int]) -> str | None:
                     index = ref.index(cell)
                     name = function.__code__.co_freevars[index]
                     return f"variable `{name}` captured by function `{function.__qualname__}`"
+    return None
+
+
+def _describe_default(defaults: tuple[Any, ...], target: object, ignored: set[int]) -> str | None:
+    """``def f(x, cache=[])``: ``defaults`` is ``f.__defaults__`` and ``target`` one of them."""
+    for function in _referrers(defaults, ignored):
+        if not isinstance(function, types.FunctionType) or function.__defaults__ is not defaults:
+            continue
+        code = function.__code__
+        names = code.co_varnames[: code.co_argcount][-len(defaults) :]
+        for name, value in zip(names, defaults, strict=False):
+            if value is target:
+                return f"default argument `{name}` of function `{function.__qualname__}`"
     return None

@@ -5,9 +5,12 @@ Kept apart from the engine so the plugin can read options at start-up without lo
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 MARKER = "torch_memory_leak"
 DEFAULT_ITERATIONS = 5
@@ -20,49 +23,110 @@ class LeakCheck(NamedTuple):
     tolerance_bytes: int = 0
 
 
+#: more runs than this would take hours on a real step, and tell no more
+MAX_ITERATIONS = 1000
+#: a tolerance above this (8 EiB) is not a size any device has
+MAX_BYTES = 2**63 - 1
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type: a TypeError for callers of the functions, and a
+    ValueError like every other bad argument for the marker and option checks."""
+
+
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 _UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30})
 
 
 def parse_bytes(value: object, where: str) -> int:
-    """Bytes from ``4096``, ``"64KiB"``, ``"1.5 MB"``; ValueError naming ``where``."""
-    if isinstance(value, bool):
-        raise ValueError(f"{where}: expected a number of bytes, got {value!r}")
-    if isinstance(value, (int, float)) and value >= 0:
-        return int(value)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    """Bytes from ``4096``, ``"64KiB"``, ``"1.5 MB"``; ValueError naming ``where``
+    (ArgumentTypeError, also a TypeError, for a bool or a value of another type)."""
+    expected = "a number of bytes >= 0 such as 4096, '64KiB' or '1MB'"
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+        raise ArgumentTypeError(f"{where}: expected {expected}, got {value!r}")
+    if not isinstance(value, str):
+        size = float(value)
+        if not math.isfinite(size) or size < 0 or size > MAX_BYTES:
+            raise ValueError(f"{where}: expected {expected} (finite, at most 8 EiB), got {value!r}")
+        return int(size)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
     if match is None or match.group(2).lower() not in _UNITS:
-        raise ValueError(
-            f"{where}: expected a number of bytes >= 0 such as 4096, '64KiB' or '1MB',"
-            f" got {value!r}"
-        )
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+        raise ValueError(f"{where}: expected {expected}, got {value!r}")
+    number = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not math.isfinite(number) or number > MAX_BYTES:
+        raise ValueError(f"{where}: expected {expected} (at most 8 EiB), got {value!r}")
+    return int(number)
+
+
+def check_count(
+    value: object, where: str, minimum: int, maximum: int | None, meaning: str, example: str = ""
+) -> int:
+    """A whole number in ``[minimum, maximum]``: ArgumentTypeError for a bool, a float or
+    anything else that is not an int, ValueError for one out of range (NaN and infinities
+    are floats, so they fail as the wrong type, with a message saying so)."""
+    bounds = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+    expected = f"a whole number {bounds} ({meaning})"
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        hint = ""
+        if isinstance(value, float) and not math.isfinite(value):
+            hint = " (NaN and infinities are not counts)"
+        elif isinstance(value, bool):
+            hint = " (a bool is not a count)"
+        raise ArgumentTypeError(f"{where}: expected {expected}, got {value!r}{hint}.{example}")
+    number = operator.index(cast(Any, value))
+    if number < minimum or (maximum is not None and number > maximum):
+        raise ValueError(f"{where}: expected {expected}, got {value!r}.{example}")
+    return number
 
 
 def parse_leak_check(
     args: Sequence[Any], kwargs: Mapping[str, Any], where: str, defaults: LeakCheck
 ) -> LeakCheck:
     """The settings of a ``torch_memory_leak`` marker; ValueError naming ``where``."""
-    example = f"Example: @pytest.mark.{MARKER}(iterations=5, tolerance_bytes='64KiB')"
-    prefix = f"{where}: @pytest.mark.{MARKER}"
+    return leak_check_from(args, kwargs, f"{where}: @pytest.mark.{MARKER}", defaults, marker=True)
+
+
+def leak_check_from(
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    prefix: str,
+    defaults: LeakCheck,
+    marker: bool,
+) -> LeakCheck:
+    """The settings given to a marker (``marker=True``) or to ``assert_no_memory_leak``;
+    errors start with ``prefix``."""
+    if marker:
+        example = f" Example: @pytest.mark.{MARKER}(iterations=5, tolerance_bytes='64KiB')"
+    else:
+        example = " Example: assert_no_memory_leak(step, iterations=5, tolerance_bytes='64KiB')"
     unknown = set(kwargs) - set(LeakCheck._fields)
     if unknown:
         raise ValueError(
             f"{prefix} got unknown keyword(s) {', '.join(sorted(unknown))}; it takes"
-            f" {', '.join(f'{f}=' for f in LeakCheck._fields)}. {example}"
+            f" {', '.join(f'{f}=' for f in LeakCheck._fields)}.{example}"
         )
     if len(args) > 1 or (args and "iterations" in kwargs):
-        raise ValueError(f"{prefix} takes iterations once. {example}")
-    iterations = args[0] if args else kwargs.get("iterations", defaults.iterations)
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 2:
-        raise ValueError(
-            f"{prefix} needs iterations >= 2 (runs after the warm-up that must all grow"
-            f" for a leak), got {iterations!r}. {example}"
-        )
-    tensors = kwargs.get("tolerance_tensors", defaults.tolerance_tensors)
-    if isinstance(tensors, bool) or not isinstance(tensors, int) or tensors < 0:
-        raise ValueError(f"{prefix} tolerance_tensors must be an int >= 0, got {tensors!r}")
-    tolerance_bytes = parse_bytes(
-        kwargs.get("tolerance_bytes", defaults.tolerance_bytes), f"{prefix} tolerance_bytes"
+        raise ValueError(f"{prefix} takes iterations once.{example}")
+    iterations = check_count(
+        args[0] if args else kwargs.get("iterations", defaults.iterations),
+        f"{prefix} iterations",
+        2,
+        MAX_ITERATIONS,
+        "runs after the warm-up that must all grow for a leak",
+        example,
     )
+    tensors = check_count(
+        kwargs.get("tolerance_tensors", defaults.tolerance_tensors),
+        f"{prefix} tolerance_tensors",
+        0,
+        None,
+        "live tensors a run may add",
+        example,
+    )
+    try:
+        tolerance_bytes = parse_bytes(
+            kwargs.get("tolerance_bytes", defaults.tolerance_bytes), f"{prefix} tolerance_bytes"
+        )
+    except ValueError as exc:
+        raise type(exc)(f"{exc}.{example}") from None
     return LeakCheck(iterations, tensors, tolerance_bytes)

@@ -14,8 +14,16 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pytest_torch.core.memory import format_bytes, iter_tensors
-from pytest_torch.memory.census import Census, GroupKey, frozen_heap, group_key, take_census
+from pytest_torch.core.memory import format_bytes
+from pytest_torch.memory.census import (
+    Census,
+    GroupKey,
+    frozen_heap,
+    group_key,
+    live_objects,
+    node_name,
+    take_census,
+)
 from pytest_torch.memory.leak_settings import (
     MARKER,
     LeakCheck,
@@ -23,6 +31,8 @@ from pytest_torch.memory.leak_settings import (
 
 if TYPE_CHECKING:
     import torch
+
+    from pytest_torch.memory.culprits import Holder
 
 #: groups named in a report, and groups looked into to choose them
 MAX_CULPRITS = 3
@@ -37,10 +47,12 @@ class Verdict(NamedTuple):
     tensors: bool
     #: devices whose bytes grew in every run
     devices: list[str]
+    #: autograd graph nodes held by Python grew in every run
+    nodes: bool = False
 
     @property
     def leaking(self) -> bool:
-        return self.tensors or bool(self.devices)
+        return self.tensors or bool(self.devices) or self.nodes
 
 
 def _steps(series: Sequence[int]) -> list[int]:
@@ -60,7 +72,10 @@ def judge(censuses: Sequence[Census], check: LeakCheck) -> Verdict:
             for step in _steps([c.device_bytes.get(name, 0) for c in censuses])
         )
     ]
-    return Verdict(tensors, leaking_devices)
+    nodes = all(
+        step > check.tolerance_tensors for step in _steps([c.total_nodes for c in censuses])
+    )
+    return Verdict(tensors, leaking_devices, nodes)
 
 
 class Culprit(NamedTuple):
@@ -111,6 +126,33 @@ def culprits(censuses: Sequence[Census], verdict: Verdict) -> list[Culprit]:
     return found[:MAX_CANDIDATES]
 
 
+class NodeCulprit(NamedTuple):
+    """Autograd graph nodes of one type that Python keeps, more after every run."""
+
+    name: str
+    nodes: int
+    per_run: float
+
+    def describe(self) -> str:
+        noun = "node" if self.nodes == 1 else "nodes"
+        return (
+            f"{self.nodes} autograd graph {noun} {self.name} (grad_fn objects),"
+            f" {_number(self.per_run)} per run"
+        )
+
+
+def node_culprits(censuses: Sequence[Census]) -> list[NodeCulprit]:
+    """The types of graph nodes whose count grew in every run."""
+    runs = len(censuses) - 1
+    found = []
+    for name, count in censuses[-1].nodes.items():
+        counts = [c.nodes.get(name, 0) for c in censuses]
+        if all(step > 0 for step in _steps(counts)):
+            found.append(NodeCulprit(name, count, (counts[-1] - counts[0]) / runs))
+    found.sort(key=lambda c: (-c.per_run, c.name))
+    return found[:MAX_CULPRITS]
+
+
 def _number(value: float) -> str:
     return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
 
@@ -127,6 +169,49 @@ class Evidence(NamedTuple):
 
     site: str | None
     holder: str | None
+    #: the per-step structure (dict, tuple) the tensors sit in, inside a container
+    structure: str | None = None
+
+
+GRAPH_NODE_ADVICE = (
+    "you keep autograd graph nodes (grad_fn): keep the tensor's value with .detach()"
+    " or drop the reference"
+)
+
+
+def advice(key: GroupKey, evidence: Evidence, per_run: float) -> str | None:
+    """What to do about a group of tensors, from what they are and what holds them."""
+    holder = evidence.holder or ""
+    scalar = not key.shape and key.layout == "strided"
+    if evidence.structure is not None:
+        keep = "loss.item()" if scalar else "tensor.detach()"
+        graph = f" with their autograd graph ({key.grad_fn})" if key.grad_fn is not None else ""
+        cpu = ".cpu()" if key.device != "cpu" else ""
+        return (
+            f"an output structure is kept on every run: each run's outputs, in a"
+            f" {evidence.structure} inside that container{graph}. Keep only what you need,"
+            f" detached ({keep}{cpu}), or clear or bound the container"
+        )
+    if key.grad_fn is not None:
+        keep = "loss.item() (a Python float)" if scalar else "tensor.detach()"
+        return (
+            f"they hold an autograd graph ({key.grad_fn}), which keeps every step's"
+            f" activations alive: store {keep} instead of {'loss' if scalar else 'the tensor'}"
+        )
+    if holder.startswith(("buffer ", "parameter ")):
+        kind = holder.split(" ", 1)[0]
+        return (
+            f"a new {kind} is registered on every run: register it once (in __init__) and"
+            f" update it in place, or delete it when the step is done"
+        )
+    if not holder:
+        return None
+    if per_run:
+        return (
+            "plain tensors (no autograd graph) pile up there: clear or bound the container"
+            " (e.g. collections.deque(maxlen=N)), or keep only summaries (.item())"
+        )
+    return "it is replaced by a bigger one on every run: clear or bound what it accumulates"
 
 
 def report(
@@ -137,6 +222,7 @@ def report(
     evidence: Mapping[GroupKey, Evidence],
     traced: str,
     more: int = 0,
+    nodes: Sequence[tuple[NodeCulprit, str | None]] = (),
 ) -> str:
     """The failure message of a leak check."""
     runs = len(censuses) - 1
@@ -155,8 +241,22 @@ def report(
             f" (+{format_bytes((values[-1] - values[0]) / runs)} per run;"
             f" tolerance {format_bytes(check.tolerance_bytes)})"
         )
-    if found:
+    if verdict.nodes and (nodes or not verdict.tensors):
+        values = [c.total_nodes for c in censuses]
+        lines.append(
+            f"  autograd graph nodes held by Python after each run: {_series(values, str)}"
+            f" (+{_number((values[-1] - values[0]) / runs)} per run;"
+            f" tolerance {check.tolerance_tensors})"
+        )
+    if found or nodes:
         lines.append("What accumulates:")
+    for node, node_holder in nodes:
+        lines.append(f"  {node.describe()}")
+        if node_holder:
+            lines.append(f"    held by {node_holder}")
+        lines.append(
+            f"    {GRAPH_NODE_ADVICE}; each node keeps the tensors its graph saved for backward"
+        )
     graph_holder = False  # a group named above keeps an autograd graph
     for culprit in found:
         lines.append(f"  {culprit.describe()}")
@@ -165,24 +265,23 @@ def report(
             lines.append(f"    created at {found_evidence.site}")
         if found_evidence.holder:
             lines.append(f"    held by {found_evidence.holder}")
+        elif nodes:
+            lines.append("    no name holds them: the autograd graph nodes above do")
+            continue
         elif graph_holder:
             lines.append("    no name holds them: the autograd graph of the tensors above does")
             continue
         if culprit.key.grad_fn is not None:
             graph_holder = graph_holder or found_evidence.holder is not None
-            scalar = not culprit.key.shape
-            keep = "loss.item() (a Python float)" if scalar else "tensor.detach()"
-            lines.append(
-                f"    they hold an autograd graph ({culprit.key.grad_fn}), which keeps every"
-                f" step's activations alive: store {keep} instead of"
-                f" {'loss' if scalar else 'the tensor'}"
-            )
+        text = advice(culprit.key, found_evidence, culprit.per_run)
+        if text:
+            lines.append(f"    {text}")
     if more:
         lines.append(
             f"  ... and {more} more group(s) growing with them: tensors kept alive through"
             f" the ones above (for example by their autograd graph)"
         )
-    if not found:
+    if not found and not nodes:
         lines.append(
             "  No tensor that Python can see accumulates: the memory is held outside Python"
             " (a C++ cache, a custom allocator, or tensors saved inside an autograd graph)."
@@ -197,14 +296,21 @@ def report(
 
 
 def _evidence(
-    found: Sequence[Culprit], sites: Any, root: str | None
-) -> tuple[dict[GroupKey, Evidence], list[Any]]:
-    """Creation sites of the culprits' tensors (from the traced run), and one tensor of
-    each group to look for holders of."""
+    found: Sequence[Culprit], nodes: Sequence[NodeCulprit], sites: Any, root: str | None
+) -> tuple[dict[GroupKey, Evidence], list[Any], list[Any]]:
+    """Creation sites of the culprits' tensors (from the traced run), one tensor of each
+    group to look for holders of, and one graph node of each growing node type."""
     wanted = {culprit.key for culprit in found}
     examples: dict[GroupKey, Any] = {}
     found_sites: dict[GroupKey, str] = {}
-    for tensor in iter_tensors():
+    tensors, graph_nodes = live_objects()
+    node_examples: dict[str, object] = {}
+    wanted_nodes = {node.name for node in nodes}
+    for graph_node in graph_nodes:
+        if node_name(graph_node) in wanted_nodes:
+            node_examples.setdefault(node_name(graph_node), graph_node)
+    del graph_nodes
+    for tensor in tensors:
         key = group_key(tensor)
         if key not in wanted or key is None:
             continue
@@ -214,8 +320,13 @@ def _evidence(
             examples[key] = tensor
         elif key not in examples:
             examples[key] = tensor
+    del tensors
     evidence = {key: Evidence(found_sites.get(key), None) for key in wanted}
-    return evidence, [examples.get(c.key) for c in found]
+    return (
+        evidence,
+        [examples.get(c.key) for c in found],
+        [node_examples.get(n.name) for n in nodes],
+    )
 
 
 def check_for_leaks(
@@ -228,7 +339,7 @@ def check_for_leaks(
 
     Exceptions from ``run`` propagate. ``root`` shortens the file names in the report.
     """
-    from pytest_torch.memory.culprits import creation_sites, describe_holder
+    from pytest_torch.memory.culprits import creation_sites, find_holder
 
     with frozen_heap():
         run()
@@ -249,15 +360,29 @@ def check_for_leaks(
         except Exception:  # the report can do without creation sites
             sites, traced = None, ""
             found = culprits(censuses, verdict)
-        evidence, examples = _evidence(found, sites, root)
+        grown = node_culprits(censuses) if verdict.nodes else []
+        evidence, examples, node_examples = _evidence(found, grown, sites, root)
     # referrers are searched outside the frozen heap: the holders are usually older
+    ignore = (examples, node_examples)
     for culprit, example in zip(found, examples, strict=True):
         if example is not None:
-            holder = describe_holder(example, ignore=(examples,))
-            evidence[culprit.key] = evidence[culprit.key]._replace(holder=holder)
-    del examples
+            holder: Holder | None = find_holder(example, ignore=ignore)
+            if holder is not None:
+                evidence[culprit.key] = evidence[culprit.key]._replace(
+                    holder=holder.text, structure=holder.structure
+                )
+    nodes: list[tuple[NodeCulprit, str | None]] = []
+    for node, node_example in zip(grown, node_examples, strict=True):
+        node_holder = None if node_example is None else find_holder(node_example, ignore)
+        nodes.append((node, None if node_holder is None else node_holder.text))
+    if found:
+        # the census itself gives the nodes of live graphs a Python object: only nodes
+        # that something with a name holds tell more than the tensors do
+        nodes = [(node, holder) for node, holder in nodes if holder is not None]
+    del examples, node_examples
     # what a name holds is where the fix goes: such groups first (the loss kept in a
     # list comes before the activations its graph keeps), in their order otherwise
     ranked = sorted(found, key=lambda c: evidence[c.key].holder is None)
     shown = ranked[:MAX_CULPRITS]
-    return report(censuses, verdict, check, shown, evidence, traced, len(ranked) - len(shown))
+    more = len(ranked) - len(shown)
+    return report(censuses, verdict, check, shown, evidence, traced, more, nodes)

@@ -112,15 +112,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _int_option(config: pytest.Config, ini: str, flag: str, minimum: int) -> int:
+def _int_option(
+    config: pytest.Config, ini: str, flag: str, minimum: int, maximum: int | None = None
+) -> int:
     value = option_or_ini(config, ini)
     try:
-        number = int(str(value))
+        number = int(str(value).strip())
     except ValueError:
         number = minimum - 1
-    if number < minimum:
+    if number < minimum or (maximum is not None and number > maximum):
+        expected = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
         raise pytest.UsageError(
-            f"{flag} (ini {ini}): expected a whole number >= {minimum}, got {value!r}."
+            f"{flag} (ini {ini}): expected a whole number {expected}, got {value!r}."
             f" Example: {flag}={max(minimum, 5)}"
         )
     return number
@@ -139,9 +142,11 @@ def pytest_configure(config: pytest.Config) -> None:
         " body once to warm up and then iterations more times; fail if every run leaves"
         " more live tensors or bytes behind.",
     )
-    from pytest_torch.memory.leak_settings import LeakCheck, parse_bytes
+    from pytest_torch.memory.leak_settings import MAX_ITERATIONS, LeakCheck, parse_bytes
 
-    iterations = _int_option(config, "torch_leak_iterations", "--torch-leak-iterations", 2)
+    iterations = _int_option(
+        config, "torch_leak_iterations", "--torch-leak-iterations", 2, MAX_ITERATIONS
+    )
     tensors = _int_option(
         config, "torch_leak_tolerance_tensors", "--torch-leak-tolerance-tensors", 0
     )
