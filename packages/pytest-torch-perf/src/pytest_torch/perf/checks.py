@@ -54,7 +54,7 @@ class Budget:
     stat: str = "median"
 
 
-def _finite(value: object) -> TypeGuard[float]:
+def finite_number(value: object) -> TypeGuard[float]:
     """A real number, not a bool, NaN or an infinity (a budget that can never fail)."""
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
@@ -74,7 +74,7 @@ def parse_budget(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str) -
         )
     ms = args[0] if args else kwargs.get("ms")
     stat = args[1] if len(args) > 1 else kwargs.get("stat", "median")
-    if not _finite(ms) or not ms > 0:
+    if not finite_number(ms) or not ms > 0:
         raise ValueError(
             f"{where}: @pytest.mark.torch_max_latency needs a positive, finite budget in"
             f" milliseconds, got {ms!r}. {example}"

@@ -657,17 +657,13 @@ def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
     ) -> Outcome:
         __tracebackhide__ = True
         from pytest_torch.perf.calls import measure_latency, peak_memory
+        from pytest_torch.perf.checks import finite_number
 
         for label_, value in (
             ("latency_tolerance", latency_tolerance),
             ("memory_tolerance", memory_tolerance),
         ):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-                or value < 0
-            ):
+            if not finite_number(value) or value < 0:
                 raise ValueError(
                     f"perf_baseline: {label_} must be a finite number >= 0, got {value!r}"
                     f" (0.3 allows 30 % more than the baseline)"

@@ -15,7 +15,6 @@ plots; ``plugin`` wires it into pytest.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -58,6 +57,8 @@ def parse_spec(kwargs: Mapping[str, Any], where: str) -> SuiteSpec:
     """A SuiteSpec from the marker's keywords; ValueError naming ``where`` otherwise."""
     import torch
 
+    from pytest_torch.perf.checks import finite_number
+
     where = f"{where}: @benchmark_suite"
     known = {"batch_sizes", "dtypes", "modes", "compile_options", "latency_tolerance"}
     unknown = set(kwargs) - known
@@ -91,12 +92,7 @@ def parse_spec(kwargs: Mapping[str, Any], where: str) -> SuiteSpec:
             f"{where}: compile_options must be a dict of torch.compile arguments, got {options!r}"
         )
     tolerance = kwargs.get("latency_tolerance", 0.3)
-    if (
-        isinstance(tolerance, bool)
-        or not isinstance(tolerance, (int, float))
-        or not math.isfinite(tolerance)
-        or tolerance < 0
-    ):
+    if not finite_number(tolerance) or tolerance < 0:
         raise ValueError(
             f"{where}: latency_tolerance must be a finite number >= 0, got {tolerance!r}"
         )
