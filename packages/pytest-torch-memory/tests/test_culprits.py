@@ -30,11 +30,11 @@ def test_holders_are_described_by_name():
     trainer.losses.append(tensor)
     assert describe_holder(tensor) == "list in attribute `losses` of a `Trainer` object"
 
-    def make_closure():
-        captured = [tensor]
+    def make_closure(value):  # an argument, not a cell: the list is the only holder
+        captured = [value]
         return lambda: captured
 
-    closure = make_closure()
+    closure = make_closure(tensor)
     assert describe_holder(tensor, ignore=[trainer.losses]) == (
         "list `captured` captured by function"
         " `test_holders_are_described_by_name.<locals>.make_closure.<locals>.<lambda>`"
