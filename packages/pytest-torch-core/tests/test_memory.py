@@ -277,3 +277,21 @@ def test_the_census_skips_fake_and_meta_tensors_without_a_warning():
         total, named = live_tensor_bytes("cpu")
     assert total >= 4096 and real.untyped_storage().data_ptr() in named
     del fake, meta, real
+
+
+def test_nested_and_sparse_tensors_alive_do_not_break_a_measurement():
+    """A nested tensor has no single shape (reading it raises); one alive anywhere in
+    the process must not turn a user's budgeted test into our RuntimeError."""
+    nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    sparse = torch.ones(4, 4).to_sparse()
+    kept = torch.zeros(MIB, dtype=torch.uint8)
+    with PeakTracker(["cpu"]) as tracker:
+        block = torch.empty(2 * MIB, dtype=torch.uint8)
+    tracker.name_blocks()
+    assert tracker.results["cpu"].added == pytest.approx(2 * MIB, rel=0.01)
+    from pytest_torch.core.memory import describe_tensor, live_tensor_bytes
+
+    assert describe_tensor(nested) == "nested tensor of 2 tensors, float32"
+    described = live_tensor_bytes("cpu")[1].values()
+    assert "tensor [1048576] uint8" in described
+    del nested, sparse, kept, block

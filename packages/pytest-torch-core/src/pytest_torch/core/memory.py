@@ -109,8 +109,15 @@ def live_tensor_bytes(device_type: str) -> tuple[int, dict[int, str]]:
 
 
 def describe_tensor(tensor: torch.Tensor) -> str:
+    """``tensor [64, 1024] float32``; nested tensors, which have no single shape, by how
+    many tensors they hold."""
     dtype = str(tensor.dtype).removeprefix("torch.")
-    return f"tensor {list(tensor.shape)} {dtype}"
+    try:
+        if tensor.is_nested:
+            return f"nested tensor of {tensor.size(0)} tensors, {dtype}"
+        return f"tensor {list(tensor.shape)} {dtype}"
+    except Exception:  # a subclass whose sizes cannot be read: still a tensor of this dtype
+        return f"tensor {dtype}"
 
 
 def cpu_peak(
