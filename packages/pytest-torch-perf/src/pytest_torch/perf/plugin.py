@@ -193,7 +193,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group,
         "--torch-perf-slack-ms",
         ini="torch_perf_slack_ms",
-        default="0.005",
+        default="0.001",
         metavar="MS",
         help="Absolute slack added to the regression limit, for tiny timings.",
     )
