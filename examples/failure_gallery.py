@@ -43,6 +43,8 @@ def main() -> int:
             "--no-header",
             "-q",
             "-rN",
+            # the reports are in the error messages: the test's source adds nothing
+            "--tb=short",
             "-o",
             "addopts=",
             "--torch-perf-strict",

@@ -4,11 +4,13 @@
 
 1. ``python -m build`` makes the sdist and, from it, the wheel of every package;
 2. ``twine check`` validates their metadata and long descriptions;
-3. the wheels' contents are checked: one namespace ``__init__.py`` (the meta-package's),
+3. the wheels' contents are checked: one namespace ``__init__.py`` (core's),
    ``py.typed`` in every package, the pytest entry points, the family version;
-4. three clean virtual environments install the wheels the three ways the README
-   promises (``pytest-torch``, ``"pytest-torch[perf]"``, ``pytest-torch-perf``) and
-   run the examples that apply to each.
+4. a clean virtual environment installs the wheels the ways the README promises
+   (``pytest-torch``, ``"pytest-torch[perf]"``, and each feature alone), one after
+   the other with the family uninstalled in between: each checks that every public
+   name at ``pytest_torch`` resolves or names the distribution to install, and runs
+   the examples and the documentation snippets that apply to it.
 
 Third-party requirements come from the package index (torch pinned by
 constraints.txt); the family's own packages only from the freshly built wheels.
@@ -32,15 +34,46 @@ THIRD_PARTY = ["torch", "pytest>=8.1", "pytest-xdist>=3.5", "filelock>=3.12", "m
                "py-cpuinfo>=9", "numpy"]  # fmt: skip
 ALL = {f"pytest-torch-{name}" for name in PLUGINS} | {"pytest-torch"}
 SCENARIOS = [
-    # (requirement, the family's distributions it must install, example files to run)
-    ("pytest-torch", ALL, ["tests"]),
-    ("pytest-torch[perf]", ALL, ["tests/test_performance.py", "tests/test_benchmarks.py"]),
+    # (requirement, the family's distributions it must install, example files to run,
+    #  documentation pages whose snippets must run)
+    ("pytest-torch", ALL, ["tests"], ["index.md"]),
+    ("pytest-torch[perf]", ALL, ["tests/test_performance.py", "tests/test_benchmarks.py"], []),
+    ("pytest-torch-core", {"pytest-torch-core"}, [], ["core.md"]),
     (
         "pytest-torch-perf",
         {"pytest-torch-core", "pytest-torch-perf"},
         ["tests/test_performance.py", "tests/test_benchmarks.py"],
+        ["performance.md", "benchmark-suites.md"],
     ),
+    ("pytest-torch-memory", {"pytest-torch-core", "pytest-torch-memory"}, [], ["memory.md"]),
+    (
+        "pytest-torch-determinism",
+        {"pytest-torch-core", "pytest-torch-determinism"},
+        [],
+        ["determinism.md"],
+    ),
+    ("pytest-torch-xdist", {"pytest-torch-core", "pytest-torch-xdist"}, [], ["parallel.md"]),
+    ("pytest-torch-ci", {"pytest-torch-core", "pytest-torch-ci"}, [], ["ci.md"]),
 ]
+#: with any part of the family installed: every public name at pytest_torch resolves, or
+#: raises ImportError naming the distribution to install
+CHECK_NAMES = """
+import importlib, pytest_torch
+from pytest_torch.core.lazy import distribution_of, is_installed
+missing = set()
+for name, module in pytest_torch._EXPORTS.items():
+    if is_installed(module):
+        assert getattr(pytest_torch, name) is getattr(importlib.import_module(module), name)
+        continue
+    try:
+        exec(f"from pytest_torch import {name}")
+    except ImportError as error:
+        assert f"is part of {distribution_of(module)}, which is not installed" in str(error)
+        missing.add(distribution_of(module))
+    else:
+        raise AssertionError(f"{name} imported without its package")
+print(len(pytest_torch._EXPORTS), "names;", "not installed:", sorted(missing) or "none")
+"""
 
 LIST_PLUGINS = (
     "import importlib.metadata as m; print(sorted(e.name for e in"
@@ -74,10 +107,11 @@ def build(dist: Path) -> None:
 
 
 def wheel_problems(wheel: zipfile.ZipFile, filename: str) -> list[str]:
-    """What is wrong with one wheel of the family (empty when nothing is): only the
-    meta-package ships ``pytest_torch/__init__.py``; each plugin ships its own package
-    with ``py.typed``, its ``plugin.py`` and its ``torch_<name>`` pytest11 entry point,
-    and nothing outside its package."""
+    """What is wrong with one wheel of the family (empty when nothing is): only core
+    ships the namespace root ``pytest_torch/__init__.py`` (with ``py.typed``); each
+    plugin ships its own package with ``py.typed``, its ``plugin.py`` and its
+    ``torch_<name>`` pytest11 entry point, and nothing outside its package; the
+    meta-package ships no code and registers no plugin."""
     name, version = filename.split("-")[:2]
     files = wheel.namelist()
     dist_info = f"{name}-{version}.dist-info/"
@@ -87,22 +121,25 @@ def wheel_problems(wheel: zipfile.ZipFile, filename: str) -> list[str]:
     code = sorted(f for f in files if not f.startswith(dist_info))
     if name == "pytest_torch":
         problems = []
-        if code != ["pytest_torch/__init__.py", "pytest_torch/py.typed"]:
-            problems.append(f"the meta-package must ship only the namespace, ships {code}")
+        if code:
+            problems.append(f"the meta-package must ship no code, ships {code}")
         if "[pytest11]" in entry_points:
             problems.append("the meta-package must not register a pytest plugin")
         return problems
     short = name.removeprefix("pytest_torch_")
+    root = ["pytest_torch/__init__.py", "pytest_torch/py.typed"]
     problems = [
         f"lacks {needed}"
         for needed in (
-            f"pytest_torch/{short}/{f}" for f in ("__init__.py", "py.typed", "plugin.py")
+            *(f"pytest_torch/{short}/{f}" for f in ("__init__.py", "py.typed", "plugin.py")),
+            *(root if short == "core" else []),
         )
         if needed not in files
     ]
-    if "pytest_torch/__init__.py" in files:
-        problems.append("ships pytest_torch/__init__.py (only the meta-package may)")
-    stray = [f for f in code if not f.startswith(f"pytest_torch/{short}/")]
+    if short != "core" and "pytest_torch/__init__.py" in files:
+        problems.append("ships pytest_torch/__init__.py (only pytest-torch-core may)")
+    allowed = root if short == "core" else []
+    stray = [f for f in code if not f.startswith(f"pytest_torch/{short}/") and f not in allowed]
     if stray:
         problems.append(f"ships files outside its package: {stray}")
     if f"[pytest11]\ntorch_{short} = pytest_torch.{short}.plugin" not in entry_points:
@@ -125,15 +162,22 @@ def check_contents(dist: Path, version: str) -> None:
         print(f"  {sdist.name}: ok")
 
 
-def install_and_run(dist: Path, work: Path) -> None:
-    for number, (requirement, expected, examples) in enumerate(SCENARIOS):
-        step(f"clean environment: pip install {requirement!r}")
+def install_and_run(dist: Path, work: Path, version: str) -> None:
+    """One clean environment with the third-party requirements; each scenario installs
+    its requirement from the wheels, runs what applies, and uninstalls the family again
+    (its files must be gone before the next scenario)."""
+    step("clean environment: third-party requirements (torch pinned by constraints.txt)")
+    venv = work / "venv"
+    run(sys.executable, "-m", "venv", venv)
+    python = venv / "bin" / "python"
+    run(python, "-m", "pip", "install", "-q", "-c", REPO / "constraints.txt", *THIRD_PARTY)
+    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").strip())
+    for requirement, expected, examples, pages in SCENARIOS:
+        pinned = f"{requirement}=={version}"
+        step(f"pip install --find-links DIST {pinned!r}")
         started = time.perf_counter()
-        venv = work / f"venv-{number}"
-        run(sys.executable, "-m", "venv", venv)
-        python = venv / "bin" / "python"
-        run(python, "-m", "pip", "install", "-q", "-c", REPO / "constraints.txt", *THIRD_PARTY)
-        run(python, "-m", "pip", "install", "-q", "--no-index", "--find-links", dist, requirement)
+        assert not (site / "pytest_torch").exists(), f"left over: {site / 'pytest_torch'}"
+        run(python, "-m", "pip", "install", "-q", "--no-index", "--find-links", dist, pinned)
         listed = run(python, "-m", "pip", "list", "--format=freeze")
         installed = {
             line.split("==")[0].lower()
@@ -143,14 +187,21 @@ def install_and_run(dist: Path, work: Path) -> None:
         assert installed == expected, f"{requirement}: installed {sorted(installed)}"
         plugins = run(python, "-c", LIST_PLUGINS)
         print(f"  installed {sorted(installed)}; pytest plugins {plugins.strip()}")
-        suite = work / f"examples-{venv.name}"
-        shutil.copytree(REPO / "examples", suite, ignore=GENERATED_FILES)
-        pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-        perf_examples = [e for e in examples if e in ("tests", "tests/test_performance.py")]
-        if perf_examples:
-            run(*pytest, "--torch-update-perf", "tests/test_performance.py", cwd=suite)
-        summary = run(*pytest, *examples, cwd=suite).strip().splitlines()[-1]
-        print(f"  examples {' '.join(examples)}: {summary.strip('= ')}")
+        print(f"  from pytest_torch import ...: {run(python, '-c', CHECK_NAMES).strip()}")
+        if pages:
+            shown = run(python, REPO / "scripts" / "doc_snippets.py",
+                        *(REPO / "docs" / page for page in pages), cwd=work)  # fmt: skip
+            print("  docs " + shown.strip().replace("\n", "\n  docs "))
+        if examples:
+            suite = work / f"examples-{len(installed)}-{requirement.replace('[', '-')[:30]}"
+            shutil.copytree(REPO / "examples", suite, ignore=GENERATED_FILES)
+            pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+            perf_examples = [e for e in examples if e in ("tests", "tests/test_performance.py")]
+            if perf_examples:
+                run(*pytest, "--torch-update-perf", "tests/test_performance.py", cwd=suite)
+            summary = run(*pytest, *examples, cwd=suite).strip().splitlines()[-1]
+            print(f"  examples {' '.join(examples)}: {summary.strip('= ')}")
+        run(python, "-m", "pip", "uninstall", "-q", "-y", *sorted(installed))
         print(f"  ({time.perf_counter() - started:.0f} s)")
 
 
@@ -170,7 +221,7 @@ def main() -> int:
         check_contents(dist, version)
         envs = work / "envs"
         envs.mkdir()
-        install_and_run(dist, envs)
+        install_and_run(dist, envs, version)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nrelease check passed: {len(PACKAGES)} packages at version {version}")

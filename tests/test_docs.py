@@ -8,10 +8,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
-import re
-from importlib import metadata
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -19,19 +16,14 @@ import pytest
 # these tests draw from the global random generators; torch_seed restores them
 pytestmark = pytest.mark.usefixtures("torch_seed")
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)
 
-
-def _blocks(page: Path) -> list[tuple[str, str, str]]:
-    """(language, code, prose before the block) for each fenced block."""
-    text = page.read_text()
-    blocks, position = [], 0
-    for match in FENCE.finditer(text):
-        blocks.append((match.group(1), match.group(2), text[position : match.start()].strip()))
-        position = match.end()
-    return blocks
+_spec = importlib.util.spec_from_file_location("doc_snippets", REPO / "scripts" / "doc_snippets.py")
+assert _spec is not None and _spec.loader is not None
+snippets = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(snippets)
 
 
 def test_there_are_pages():
@@ -40,36 +32,17 @@ def test_there_are_pages():
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_snippets_run_and_show_their_real_output(page):
-    blocks = _blocks(page)
-    for index, (language, code, _) in enumerate(blocks):
-        if language != "python" or code.startswith("# file:"):
-            continue
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile(code, f"{page.name} block {index}", "exec"), {"__name__": "docs"})
-        if index + 1 < len(blocks) and blocks[index + 1][2] == "prints":
-            assert blocks[index + 1][0] == "text"
-            assert out.getvalue() == blocks[index + 1][1], f"{page.name} block {index} output"
+    snippets.run_code_blocks(page)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_example_test_files_pass(page, pytester):
-    files = {}
-    for language, code, _ in _blocks(page):
-        if language == "python" and code.startswith("# file:"):
-            name = code.splitlines()[0].removeprefix("# file:").strip()
-            files[name] = code
+    files = snippets.example_files(page)
     if not files:
         pytest.skip(f"{page.name} has no example test files")
     for name, code in files.items():
         pytester.path.joinpath(name).write_text(code)
-    plugins = sorted(
-        ep.name
-        for ep in metadata.entry_points(group="pytest11")
-        if ep.dist is not None and ep.dist.name.startswith("pytest-torch")
-    )
-    args = [arg for name in plugins for arg in ("-p", name)]
-    result = pytester.runpytest(*args, "-v", "--torch-perf-max-time=0.05")
+    result = pytester.runpytest(*snippets.pytest_args(), "-v")
     outcomes = result.parseoutcomes()
     assert result.ret == 0, result.stdout.str()
     assert outcomes.get("passed", 0) >= 1

@@ -33,6 +33,17 @@ def test_every_package_has_the_family_version_and_pins_its_siblings_to_it():
                 assert requirement.endswith(f"=={VERSION}"), f"{pyproject}: {requirement}"
 
 
+def test_install_commands_in_the_docs_pin_the_family_version():
+    """The meta-package's name on the public index is another project's: the docs pin it."""
+    module = _load_set_version()
+    for name in module.PINNED_DOCS:
+        pins = module.DOC_PIN.findall((REPO / name).read_text())
+        assert pins, f"{name} shows no pinned install of pytest-torch"
+        text = (REPO / name).read_text()
+        for match in module.DOC_PIN.finditer(text):
+            assert match.group(0).endswith(f"=={VERSION}"), f"{name}: {match.group(0)}"
+
+
 def test_the_changelog_has_a_section_for_this_version():
     changelog = (REPO / "CHANGELOG.md").read_text()
     assert re.search(rf"^## {re.escape(VERSION)}\b", changelog, re.MULTILINE)
@@ -45,9 +56,16 @@ def test_set_version_rewrites_every_version_and_pin(tmp_path, monkeypatch):
     )
     shutil.copy(REPO / "VERSION", copy / "VERSION")
     module = _load_set_version()
+    for name in module.PINNED_DOCS:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, copy / name)
     monkeypatch.setattr(module, "REPO", copy)
     changed = module.set_version("9.8.7")
-    assert len(changed) == len(list((copy / "packages").glob("*/pyproject.toml")))
+    pyprojects = len(list((copy / "packages").glob("*/pyproject.toml")))
+    assert len(changed) == pyprojects + len(module.PINNED_DOCS)
+    for name in module.PINNED_DOCS:
+        text = (copy / name).read_text()
+        assert '"pytest-torch==9.8.7"' in text and VERSION not in text, name
     assert (copy / "VERSION").read_text() == "9.8.7\n"
     meta = tomllib.loads((copy / "packages/pytest-torch/pyproject.toml").read_text())["project"]
     assert meta["version"] == "9.8.7"

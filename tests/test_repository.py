@@ -46,7 +46,8 @@ def test_tox_has_an_env_per_package_and_the_shared_envs():
         assert folder.name in installed
     assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD = 1" in tox["testenv:noautoload"]["set_env"]
     for folder in FOLDERS:
-        assert f"packages/{folder.name}/src" in tox["testenv:lint"]["commands"], folder.name
+        if (folder / "src").exists():
+            assert f"packages/{folder.name}/src" in tox["testenv:lint"]["commands"], folder.name
         assert f"packages/{folder.name}" in tox["testenv:integration"]["deps"], folder.name
         if folder.name != "pytest-torch":
             entry_point = "torch_" + folder.name.removeprefix("pytest-torch-")
@@ -59,22 +60,37 @@ def test_every_package_has_its_own_readme_typing_marker_and_build_settings():
     for folder in FOLDERS:
         pyproject = tomllib.loads((folder / "pyproject.toml").read_text())
         assert pyproject["build-system"]["build-backend"] == "hatchling.build"
-        assert pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == [
-            "src/pytest_torch"
-        ]
+        wheel = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]
         assert "dev-mode-exact" not in (folder / "pyproject.toml").read_text()
         assert (folder / "README.md").read_text().strip()
+        if folder.name == "pytest-torch":
+            # the meta-package ships no code: the namespace root is core's
+            assert wheel == {"bypass-selection": True}
+            assert not (folder / "src").exists()
+            continue
+        assert wheel["packages"] == ["src/pytest_torch"]
         assert list((folder / "src" / "pytest_torch").rglob("py.typed"))
         namespace_init = folder / "src" / "pytest_torch" / "__init__.py"
-        assert namespace_init.exists() == (folder.name == "pytest-torch")
+        assert namespace_init.exists() == (folder.name == "pytest-torch-core")
+
+
+def test_package_readmes_read_on_an_index_page():
+    """A README is the long description on an index page: no links into the checkout."""
+    for folder in FOLDERS:
+        text = (folder / "README.md").read_text()
+        relative = re.findall(r"\]\((?!https?://)([^)]+)\)", text)
+        assert not relative, f"{folder.name}/README.md links {relative}"
 
 
 def test_siblings_never_import_from_the_namespace_root():
-    # their tests too: each package's tests run with only that package installed
+    # their tests too (except core's tests of the root itself)
+    root_tests = REPO / "packages/pytest-torch-core/tests/test_namespace_root.py"
     for folder in FOLDERS:
         if folder.name == "pytest-torch":
             continue
         for source in [*(folder / "src").rglob("*.py"), *(folder / "tests").rglob("*.py")]:
+            if source == root_tests:
+                continue
             text = source.read_text()
             assert not re.search(
                 r"^\s*(from pytest_torch import|import pytest_torch$)", text, re.M

@@ -64,8 +64,8 @@ def _wheel_problems():
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
 def test_wheel_is_a_namespace_portion_with_its_entry_point(wheels, folder):
-    """Plugins: their package, py.typed, plugin.py and torch_<name> entry point, no
-    namespace __init__; the meta-package: only the namespace __init__, no plugin."""
+    """Plugins: their package, py.typed, plugin.py and torch_<name> entry point; core
+    alone also ships the namespace __init__; the meta-package: no code, no plugin."""
     wheel = wheels[folder.name]
     assert _wheel_problems()(wheel, Path(wheel.filename).name) == []
 
@@ -82,9 +82,34 @@ def test_the_wheel_check_catches_a_plugin_that_ships_the_namespace(tmp_path):
     with zipfile.ZipFile(path) as wheel:
         problems = _wheel_problems()(wheel, path.name)
     assert "lacks pytest_torch/perf/py.typed" in problems
-    assert "ships pytest_torch/__init__.py (only the meta-package may)" in problems
+    assert "ships pytest_torch/__init__.py (only pytest-torch-core may)" in problems
     assert any(p.startswith("ships files outside its package") for p in problems)
     assert any(p.startswith("entry point torch_perf missing") for p in problems)
+
+
+def test_the_wheel_check_wants_the_namespace_root_in_core_and_no_code_in_the_meta_package(
+    tmp_path,
+):
+    core = tmp_path / "pytest_torch_core-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(core, "w") as wheel:
+        for name in ("__init__.py", "py.typed", "plugin.py"):
+            wheel.writestr(f"pytest_torch/core/{name}", "")
+        wheel.writestr(
+            "pytest_torch_core-0.1.0.dist-info/entry_points.txt",
+            "[pytest11]\ntorch_core = pytest_torch.core.plugin\n",
+        )
+    with zipfile.ZipFile(core) as wheel:
+        assert _wheel_problems()(wheel, core.name) == [
+            "lacks pytest_torch/__init__.py",
+            "lacks pytest_torch/py.typed",
+        ]
+    meta = tmp_path / "pytest_torch-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(meta, "w") as wheel:
+        wheel.writestr("pytest_torch/__init__.py", "")
+    with zipfile.ZipFile(meta) as wheel:
+        assert _wheel_problems()(wheel, meta.name) == [
+            "the meta-package must ship no code, ships ['pytest_torch/__init__.py']"
+        ]
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)

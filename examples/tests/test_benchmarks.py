@@ -9,9 +9,7 @@ from __future__ import annotations
 import torch
 from models import TinyCNN, TransformerBlock
 
-# one plugin alone (pip install pytest-torch-perf) imports from its own module;
-# with the pytest-torch meta-package, `from pytest_torch import ...` works too
-from pytest_torch.perf import benchmark_suite
+from pytest_torch import benchmark_suite
 
 
 @benchmark_suite(

@@ -6,9 +6,7 @@ import pytest
 import torch
 from models import MLPRegressor, train_step
 
-# one plugin alone (pip install pytest-torch-perf) imports from its own module;
-# with the pytest-torch meta-package, `from pytest_torch import ...` works too
-from pytest_torch.perf import assert_no_host_sync
+from pytest_torch import assert_no_host_sync
 
 
 @pytest.mark.torch_max_latency(ms=250)

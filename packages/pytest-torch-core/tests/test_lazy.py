@@ -26,15 +26,35 @@ def test_names_resolve_on_first_use_and_are_cached(package):
     assert "dumps" not in vars(package)
     assert package.dumps is json.dumps
     assert vars(package)["dumps"] is json.dumps
-    assert {"dumps", "missing"} <= set(dir(package))
+    assert "dumps" in dir(package)
+    assert "missing" not in dir(package), "a name whose package is not installed"
 
 
 def test_unknown_and_uninstalled_names_are_explained(package):
     with pytest.raises(AttributeError, match="module 'fake_family' has no attribute 'loads'"):
         package.loads  # noqa: B018
-    with pytest.raises(
-        ImportError,
-        match=r"fake_family.missing comes from pytest-torch-nothing, which is not installed .* pip install pytest-torch-nothing",
-    ):
+    with pytest.raises(ImportError) as raised:
         package.missing  # noqa: B018
+    message = str(raised.value)
+    assert message.startswith(
+        "fake_family.missing is part of pytest-torch-nothing, which is not installed:"
+    )
+    assert "pip install ./packages/pytest-torch-nothing" in message
+    assert "--find-links DIR 'pytest-torch-nothing==" in message
     assert distribution_of("pytest_torch.perf.syncs") == "pytest-torch-perf"
+
+
+def test_an_installed_package_that_fails_to_import_raises_its_own_error(
+    package, tmp_path, monkeypatch
+):
+    """Not "not installed": the user must see what really broke."""
+    broken = tmp_path / "broken_feature"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("")
+    (broken / "api.py").write_text("import a_module_that_does_not_exist\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = types.ModuleType("fake_family2")
+    monkeypatch.setitem(sys.modules, "fake_family2", module)
+    module.__getattr__, _ = lazy_exports("fake_family2", {"thing": "broken_feature.api"})
+    with pytest.raises(ModuleNotFoundError, match="a_module_that_does_not_exist"):
+        module.thing  # noqa: B018

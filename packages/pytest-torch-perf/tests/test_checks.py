@@ -102,7 +102,8 @@ def test_budget_failure_message():
     assert "what to try" in message
     record = checks.budget_record("t::x", result(30.0), checks.Budget(20.0), "OVER BUDGET")
     assert record.verdict == "OVER BUDGET"
-    assert record.change_pct == pytest.approx(50.0)
+    assert record.change_pct is None, "a budget is a ceiling: no change against it"
+    assert record.measured_ms == 30.0 and record.reference_ms == 20.0
 
 
 def budget(*measurements, strict=False, ms=20.0):
@@ -300,7 +301,8 @@ def test_records_survive_the_trip_through_report_properties():
         "statistic",
         "measured",
         "reference",
-        "change",
+        "vs",
+        "reference",
         "verdict",
     ]
     assert table[2].split() == [
@@ -316,6 +318,21 @@ def test_records_survive_the_trip_through_report_properties():
         "ok",
     ]
     assert table[3].split()[3:6] == ["-", "-", "-"]
+
+
+def test_budget_rows_show_the_share_of_the_budget_not_a_change():
+    """53 µs under a 50 ms budget is "0.1 % of budget", never "-99.9 %"."""
+    from pytest_torch.perf.records import PerfRecord, render_table
+
+    under = checks.budget_record("t::fast", result(0.0532), checks.Budget(50.0), "within budget")
+    over = checks.budget_record("t::slow", result(30.0), checks.Budget(20.0), "OVER BUDGET")
+    rows = render_table([under, over])[2:]
+    assert "0.1 % of budget" in rows[0] and "-99" not in rows[0]
+    assert "150 % of budget" in rows[1]
+    properties = dict(under.to_properties())
+    assert "torch_perf.t::fast.change_pct" not in properties
+    (decoded,) = PerfRecord.from_properties(under.to_properties())
+    assert decoded.check == "budget" and decoded.change_pct is None
 
 
 def record(*measurements, strict=False):

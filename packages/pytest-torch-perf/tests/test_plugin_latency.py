@@ -36,8 +36,8 @@ def test_without_marker_just_measures(latency):
     result.stdout.fnmatch_lines(
         [
             "*- torch perf -*",
-            "test * check * statistic * measured * reference * change * verdict",
-            "*::test_fast * budget * median * 10 s * within budget",
+            "test * check * statistic * measured * reference * vs reference * verdict",
+            "*::test_fast * budget * median * 10 s * % of budget * within budget",
         ]
     )
 

@@ -9,6 +9,7 @@ their public names with the module that defines each, and resolve them lazily::
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,32 +21,67 @@ def distribution_of(module_name: str) -> str:
     return "pytest-torch" if len(parts) < 2 else f"pytest-torch-{parts[1]}"
 
 
+def _feature_package(module_name: str) -> str:
+    """``pytest_torch.perf.syncs`` -> ``pytest_torch.perf``."""
+    return ".".join(module_name.split(".")[:2])
+
+
+def is_installed(module_name: str) -> bool:
+    """Whether the family package that defines ``module_name`` is installed (without
+    importing it)."""
+    try:
+        return importlib.util.find_spec(_feature_package(module_name)) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _family_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("pytest-torch-core")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def install_hint(distribution: str) -> str:
+    """How to install one distribution of the family beside the installed ones."""
+    version = _family_version()
+    pinned = f"{distribution}=={version}" if version else distribution
+    return (
+        f"install it the way the rest of the family was installed: from a checkout,"
+        f" pip install ./packages/{distribution}; from the release wheels, pip install"
+        f" --find-links DIR {pinned!r} (or pytest-torch for every feature)"
+    )
+
+
 def lazy_exports(
     package: str, exports: Mapping[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """A module ``__getattr__`` and ``__dir__`` serving ``exports`` (name -> module).
 
-    A resolved name is cached in the package's namespace. A name whose plugin is not
-    installed raises ImportError saying which distribution to install.
+    A resolved name is cached in the package's namespace. A name whose package is not
+    installed raises ImportError saying which distribution to install; an installed
+    package that fails to import raises its own error.
     """
 
     def __getattr__(name: str) -> Any:
         module_name = exports.get(name)
         if module_name is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
+        if not is_installed(module_name):
             distribution = distribution_of(module_name)
             raise ImportError(
-                f"{package}.{name} comes from {distribution}, which is not installed"
-                f" ({exc}). Install it with: pip install {distribution}"
-            ) from exc
-        value = getattr(module, name)
+                f"{package}.{name} is part of {distribution}, which is not installed:"
+                f" {install_hint(distribution)}.",
+                name=_feature_package(module_name),
+            )
+        value = getattr(importlib.import_module(module_name), name)
         setattr(sys.modules[package], name, value)
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(vars(sys.modules[package])) | set(exports))
+        available = {name for name, module in exports.items() if is_installed(module)}
+        return sorted(set(vars(sys.modules[package])) | available)
 
     return __getattr__, __dir__

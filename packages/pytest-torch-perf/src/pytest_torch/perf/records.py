@@ -61,16 +61,24 @@ class PerfRecord:
         return records
 
 
+def _share(fraction: float) -> str:
+    """0.002 -> "0.2 %", 0.46 -> "46 %": small shares keep a significant digit."""
+    percent = 100 * fraction
+    return f"{percent:.1f} %" if percent < 10 else f"{percent:.0f} %"
+
+
 def render_table(records: list[PerfRecord]) -> list[str]:
     """An aligned table with units, one row per record."""
     from pytest_torch.core.tables import format_table
     from pytest_torch.perf.timing import fmt_ms
 
-    header = ("test", "check", "statistic", "measured", "reference", "change", "verdict")
+    header = ("test", "check", "statistic", "measured", "reference", "vs reference", "verdict")
     rows = [header]
     for record in records:
         reference = "-" if record.reference_ms is None else fmt_ms(record.reference_ms)
         change = "-" if record.change_pct is None else f"{record.change_pct:+.1f} %"
+        if record.check == "budget" and record.measured_ms is not None and record.reference_ms:
+            change = f"{_share(record.measured_ms / record.reference_ms)} of budget"
         rows.append(
             (
                 record.label,

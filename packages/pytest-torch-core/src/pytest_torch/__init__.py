@@ -1,11 +1,19 @@
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
-# The line above makes pytest_torch a namespace shared with the plugin packages.
+# The line above makes pytest_torch a namespace shared by every package of the family
+# (editable installs put each package in its own folder).
 #
-# pytest-torch: every plugin of the family, and their public names in one place.
+# The family's public names in one place, whichever of its packages are installed.
+# This file ships in pytest-torch-core, which every package depends on, so
+# `from pytest_torch import assert_no_host_sync` works with pytest-torch-perf installed
+# alone. Each name is imported from its package on first use (PEP 562): importing
+# `pytest_torch` is free and never imports torch. A name whose package is not installed
+# raises ImportError naming the distribution to install.
 #
-# `from pytest_torch import assert_close` works; each name is imported from its plugin
-# package on first use (PEP 562), so importing `pytest_torch` is free and never imports
-# torch. To add a name, add it to `_EXPORTS` (name -> module) and to `__all__`.
+# One catalogue for the whole family, kept here rather than assembled from the
+# installed packages: only a catalogue that lists the packages which are *not*
+# installed can say which one to install. The family shares one version, so this list
+# and the packages cannot drift apart. To add a name: `_EXPORTS`, `__all__` and the
+# TYPE_CHECKING imports below.
 
 from typing import TYPE_CHECKING
 
