@@ -202,7 +202,19 @@ def install_and_run(dist: Path, work: Path, version: str) -> None:
             summary = run(*pytest, *examples, cwd=suite).strip().splitlines()[-1]
             print(f"  examples {' '.join(examples)}: {summary.strip('= ')}")
         run(python, "-m", "pip", "uninstall", "-q", "-y", *sorted(installed))
+        _drop_bytecode_left_by_pytest(site / "pytest_torch")
         print(f"  ({time.perf_counter() - started:.0f} s)")
+
+
+def _drop_bytecode_left_by_pytest(package: Path) -> None:
+    """pip uninstall removes every file it installed; pytest's assertion rewriting
+    leaves its own bytecode of the plugin modules, which pip does not know. Anything
+    else left over means the family did not uninstall cleanly."""
+    if not package.exists():
+        return
+    left = [p for p in package.rglob("*") if p.is_file() and p.parent.name != "__pycache__"]
+    assert not left, f"left over after pip uninstall: {left}"
+    shutil.rmtree(package)
 
 
 def main() -> int:

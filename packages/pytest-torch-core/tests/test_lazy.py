@@ -41,6 +41,7 @@ def test_unknown_and_uninstalled_names_are_explained(package):
     )
     assert "pip install ./packages/pytest-torch-nothing" in message
     assert "--find-links DIR 'pytest-torch-nothing==" in message
+    assert "(or 'pytest-torch==" in message, "the meta-package's name needs its pin"
     assert distribution_of("pytest_torch.perf.syncs") == "pytest-torch-perf"
 
 

@@ -47,11 +47,13 @@ def _family_version() -> str | None:
 def install_hint(distribution: str) -> str:
     """How to install one distribution of the family beside the installed ones."""
     version = _family_version()
-    pinned = f"{distribution}=={version}" if version else distribution
+    pin = f"=={version}" if version else ""
+    # the pin matters: "pytest-torch" on the public index is another project
     return (
         f"install it the way the rest of the family was installed: from a checkout,"
         f" pip install ./packages/{distribution}; from the release wheels, pip install"
-        f" --find-links DIR {pinned!r} (or pytest-torch for every feature)"
+        f" --find-links DIR '{distribution}{pin}' (or 'pytest-torch{pin}' for every"
+        f" feature)"
     )
 
 
