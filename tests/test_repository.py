@@ -97,6 +97,38 @@ def test_siblings_never_import_from_the_namespace_root():
             ), source
 
 
+def test_siblings_meet_only_through_cores_public_modules():
+    """A package's code imports only itself and core's public modules: never another
+    feature's modules (they meet through hooks) and never core's wiring (core.plugin)."""
+    import ast
+
+    problems = []
+    for folder in FOLDERS:
+        if not (folder / "src").exists():
+            continue
+        own = f"pytest_torch.{folder.name.removeprefix('pytest-torch-')}"
+        for source in (folder / "src").rglob("*.py"):
+            if source.parent.name == "pytest_torch":
+                continue  # the namespace root re-exports every feature by design
+            for node in ast.walk(ast.parse(source.read_text())):
+                names = []
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names = [node.module]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                for name in names:
+                    if not name.startswith("pytest_torch."):
+                        continue
+                    allowed = name == own or name.startswith(own + ".")
+                    allowed |= name.startswith("pytest_torch.core") and (
+                        name != "pytest_torch.core.plugin"
+                    )
+                    if not allowed:
+                        where = source.relative_to(REPO)
+                        problems.append(f"{where}:{node.lineno} imports {name}")
+    assert not problems, "\n".join(problems)
+
+
 def _root_conftest():
     import importlib.util
 

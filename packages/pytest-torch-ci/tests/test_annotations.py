@@ -170,21 +170,30 @@ def test_the_failing_line_whatever_tb_says(pytester, run, monkeypatch, style):
     ]
 
 
-def test_a_table_or_summary_that_fails_is_a_note_not_an_error(pytester, run, monkeypatch):
-    from pytest_torch.ci import plugin
+OFFERED_TABLES = """
+from pytest_torch.core.tables import ReportTable
 
-    def broken(config):
+
+def pytest_torch_report_tables(config):
+    def broken():
         raise KeyError("records")
 
-    monkeypatch.setattr(plugin, "_perf_table", broken)
+    return [ReportTable("Performance", broken), ReportTable("Widgets", lambda: ["w  1", "x  2"])]
+"""
+
+
+def test_a_table_or_summary_that_fails_is_a_note_not_an_error(pytester, run, monkeypatch):
+    """Tables come from the plugins that offer them (pytest_torch_report_tables); one
+    that cannot be built is a note, the others are still in the summary."""
+    pytester.makeconftest(OFFERED_TABLES)
     summary = pytester.path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     pytester.makepyfile(test_suite=SUITE)
     result = run("--torch-github-annotations")
     result.assert_outcomes(failed=2, passed=2, errors=2)
-    assert "- the performance table could not be built (KeyError: 'records')" in (
-        summary.read_text()
-    )
+    written = summary.read_text()
+    assert "- the performance table could not be built (KeyError: 'records')" in written
+    assert "Widgets" in written and "w  1\nx  2" in written
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path))  # a folder: not writable
     result = run("--torch-github-annotations")
     result.assert_outcomes(failed=2, passed=2, errors=2)

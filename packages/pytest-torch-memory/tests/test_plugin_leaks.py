@@ -193,8 +193,8 @@ def test_perf_tests_are_never_repeated(pytester):
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
         [
-            "*::test_marked: @pytest.mark.torch_memory_leak repeats the test body, and a test using"
-            " latency measures performance, which must run once.*"
+            "*::test_marked: @pytest.mark.torch_memory_leak repeats the test body, but this"
+            " test must run once: it uses latency, which measures performance.*"
         ]
     )
 

@@ -291,56 +291,23 @@ class _GitHubReporter:
 
 
 def _tables(config: pytest.Config) -> tuple[dict[str, list[str]], list[str]]:
-    """The end-of-run tables of the sibling plugins that ran; a note per one that failed."""
+    """The end-of-run tables the sibling plugins offer (``pytest_torch_report_tables``);
+    a note per one that could not be built."""
     tables: dict[str, list[str]] = {}
     notes: list[str] = []
-    for title, build in (
-        ("Performance", _perf_table),
-        ("Benchmarks", _benchmark_table),
-        ("Peak memory", _memory_table),
-    ):
+    try:
+        offered = config.hook.pytest_torch_report_tables(config=config)
+    except Exception as problem:
+        return tables, [f"the plugins' tables could not be gathered ({_why(problem)})"]
+    for table in (table for answer in offered if answer for table in answer):
         try:
-            table = build(config)
+            lines = table.render()
         except Exception as problem:
-            notes.append(f"the {title.lower()} table could not be built ({_why(problem)})")
+            notes.append(f"the {table.title.lower()} table could not be built ({_why(problem)})")
             continue
-        if table:
-            tables[title] = table
+        if lines:
+            tables[table.title] = lines
     return tables, notes
-
-
-def _perf_table(config: pytest.Config) -> list[str]:
-    if not config.pluginmanager.hasplugin("torch_perf"):
-        return []
-    from pytest_torch.perf.plugin import settings_key as perf_key
-    from pytest_torch.perf.records import render_table
-
-    perf = config.stash.get(perf_key, None)
-    return render_table(perf.records) if perf is not None and perf.records else []
-
-
-def _benchmark_table(config: pytest.Config) -> list[str]:
-    if not config.pluginmanager.hasplugin("torch_perf"):
-        return []
-    from pytest_torch.perf.plugin import settings_key as perf_key
-    from pytest_torch.perf.suite_report import render
-
-    perf = config.stash.get(perf_key, None)
-    if perf is None or not perf.benchmark_results:
-        return []
-    return render(perf.benchmark_results, perf.machine())
-
-
-def _memory_table(config: pytest.Config) -> list[str]:
-    if not config.pluginmanager.hasplugin("torch_memory"):
-        return []
-    from pytest_torch.memory.plugin import settings_key as memory_key
-    from pytest_torch.memory.report import render_table as memory_table
-
-    memory = config.stash.get(memory_key, None)
-    if memory is None or not memory.records:
-        return []
-    return memory_table(memory.records, memory.top or 10)
 
 
 def _html_report(config: pytest.Config) -> Path | None:

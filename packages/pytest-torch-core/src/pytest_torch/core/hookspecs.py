@@ -12,9 +12,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import torch
 
     from pytest_torch.core.compare import TensorMismatchError
+    from pytest_torch.core.tables import ReportTable
 
 
 @pytest.hookspec(firstresult=True)
@@ -52,4 +55,31 @@ def pytest_torch_tensor_mismatch(
     be caught by the test (``pytest.raises``), so an implementation that writes files
     keeps the mismatch aside and acts only once the test's report says it failed.
     ``error.add_detail(text)`` adds a line to the message the user sees.
+    """
+
+
+@pytest.hookspec
+def pytest_torch_report_tables(config: pytest.Config) -> list[ReportTable] | None:
+    """Offer this plugin's end-of-run tables to the reports other plugins write.
+
+    Called at the end of the run (on the xdist controller, which has every worker's
+    results) by a plugin that writes a report of its own: pytest-torch-ci's job summary
+    and its pytest-html section. Return ``ReportTable(title, render)`` objects, where
+    ``render()`` returns the table's lines and is called only when a report is written
+    (the caller turns an exception there into a note, never into a failure), or None
+    when there is nothing to show. pytest-torch-perf offers its perf and benchmark
+    tables, pytest-torch-memory its peak table.
+    """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_torch_runs_once(
+    config: pytest.Config, nodeid: str, fixturenames: Sequence[str]
+) -> str | None:
+    """Say why a test's body must run exactly once, or None.
+
+    Asked at collection (and before running) by a plugin that would repeat a test's
+    body, such as pytest-torch-memory's leak check. pytest-torch-perf answers for tests
+    that measure performance, e.g. "it uses latency, which measures performance". The
+    first non-None answer wins.
     """

@@ -9,53 +9,25 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_torch.core import devices, seeding, session
 from pytest_torch.core.options import add_option_with_ini, option_or_ini, option_source
+from pytest_torch.core.selection import (
+    MARKER,
+    CoreSettings,
+    get_settings,
+    restriction,
+    settings_key,
+    skip_reason,
+)
 
 if TYPE_CHECKING:
     import torch
 
-MARKER = "torch_devices"
-
-
-class CoreSettings:
-    """The core options as resolved at start-up."""
-
-    # a plain class, not a dataclass: building one costs start-up time on every run
-    def __init__(self, device_types: list[str] | None, device_source: str, base_seed: int) -> None:
-        #: the device types asked for, or None for "every available one"
-        self.device_types = device_types
-        self.device_source = device_source
-        self.base_seed = base_seed
-        self._available: list[str] | None = None
-        #: whether any collected test carries a torch_devices marker
-        self.restrictions_seen = False
-
-    def available(self) -> list[str]:
-        """Available device types (imports torch on first use)."""
-        if self._available is None:
-            self._available = devices.available_device_types()
-        return self._available
-
-    def selected(self) -> list[str]:
-        """The device types ``torch_device`` runs tests on."""
-        available = self.available()
-        if self.device_types is None:
-            return available
-        return [t for t in self.device_types if t in available]
-
-
-settings_key = pytest.StashKey[CoreSettings]()
 seed_key = pytest.StashKey[int]()
-
-
-def get_settings(config: pytest.Config) -> CoreSettings:
-    """The core settings of a session (for sibling plugins)."""
-    return config.stash[settings_key]
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -133,57 +105,6 @@ def pytest_collection(session: pytest.Session) -> None:
             )
 
 
-def _marker_device_types(marker: pytest.Mark, node_id: str) -> list[str]:
-    """The device types named by a torch_devices marker; ValueError when malformed."""
-    if marker.kwargs:
-        raise ValueError(
-            f"{node_id}: @pytest.mark.{MARKER} takes device types as positional"
-            f" arguments, got keyword(s) {', '.join(sorted(marker.kwargs))}."
-            f' Example: @pytest.mark.{MARKER}("cuda", "xpu")'
-        )
-    names: list[Any] = []
-    for arg in marker.args:
-        names.extend(arg if isinstance(arg, (list, tuple)) else [arg])
-    if not names or not all(isinstance(name, str) for name in names):
-        raise ValueError(
-            f"{node_id}: @pytest.mark.{MARKER} needs one or more device type names"
-            f" ({', '.join(devices.KNOWN_DEVICE_TYPES)}), got {marker.args!r}."
-            f' Example: @pytest.mark.{MARKER}("cuda")'
-        )
-    parsed = devices.parse_device_types(names, source=f"{node_id}: @pytest.mark.{MARKER}")
-    if parsed is None:  # "all": no restriction
-        return list(devices.device_types())
-    return parsed
-
-
-def _restriction(item: pytest.Item | pytest.Metafunc) -> list[str] | None:
-    node = item.definition if isinstance(item, pytest.Metafunc) else item
-    marker = node.get_closest_marker(MARKER)
-    return None if marker is None else _marker_device_types(marker, node.nodeid)
-
-
-def device_types_for(config: pytest.Config, node: pytest.Item | pytest.Metafunc) -> list[str]:
-    """The device types a test runs on: the --torch-device selection, narrowed by its
-    ``torch_devices`` marker (for sibling plugins that parametrize by device)."""
-    selected = get_settings(config).selected()
-    wanted = _restriction(node)
-    return selected if wanted is None else [t for t in selected if t in wanted]
-
-
-def _skip_reason(wanted: list[str], settings: CoreSettings) -> str:
-    available = settings.available()
-    present = [t for t in wanted if t in available]
-    if present:
-        return (
-            f"needs {' or '.join(wanted)}; {', '.join(present)} not selected by"
-            f" {settings.device_source}"
-        )
-    return (
-        f"needs {' or '.join(wanted)}; not available on this machine"
-        f" (available: {', '.join(available)})"
-    )
-
-
 def _already_parametrized(metafunc: pytest.Metafunc) -> bool:
     for marker in metafunc.definition.iter_markers("parametrize"):
         names = marker.args[0] if marker.args else marker.kwargs.get("argnames", "")
@@ -196,7 +117,7 @@ def _already_parametrized(metafunc: pytest.Metafunc) -> bool:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     try:
-        wanted = _restriction(metafunc)
+        wanted = restriction(metafunc)
     except ValueError as exc:
         raise pytest.Collector.CollectError(str(exc)) from None
     if wanted is not None:
@@ -208,7 +129,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if wanted is not None:
         runnable = [t for t in selected if t in wanted]
         if not runnable:
-            reason = _skip_reason(wanted, settings)
+            reason = skip_reason(wanted, settings)
             params = [pytest.param(t, id=t, marks=pytest.mark.skip(reason=reason)) for t in wanted]
             metafunc.parametrize("torch_device", params, indirect=True)
             return
@@ -226,9 +147,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "torch_device" in getattr(item, "fixturenames", ()):
             continue
-        wanted = _restriction(item)
+        wanted = restriction(item)
         if wanted is not None and not any(t in settings.available() for t in wanted):
-            item.add_marker(pytest.mark.skip(reason=_skip_reason(wanted, settings)))
+            item.add_marker(pytest.mark.skip(reason=skip_reason(wanted, settings)))
 
 
 @pytest.hookimpl(wrapper=True)

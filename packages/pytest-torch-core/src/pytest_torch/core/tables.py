@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import NamedTuple
+
+
+class ReportTable(NamedTuple):
+    """An end-of-run table a plugin offers to the reports other plugins write (see the
+    ``pytest_torch_report_tables`` hook): a title, and a function that renders the lines
+    when a report is written."""
+
+    title: str
+    render: Callable[[], list[str]]
 
 
 def format_table(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,6 +20,7 @@ from pytest_torch.core.options import add_flag_with_ini, add_option_with_ini, op
 if TYPE_CHECKING:
     import torch
 
+    from pytest_torch.core.tables import ReportTable
     from pytest_torch.memory.budgets import MemoryBudget
     from pytest_torch.memory.leak_settings import LeakCheck
     from pytest_torch.memory.report import PeakRecord
@@ -28,8 +29,6 @@ pytest_plugins = ["torch_core"]
 
 BUDGET_MARKER = "torch_max_memory"  # budgets.MARKER, without importing the engine
 LEAK_MARKER = "torch_memory_leak"  # leaks.MARKER
-#: fixtures of the perf plugin: their tests time themselves, and must not run twice
-_PERF_FIXTURES = ("latency", "perf_baseline", "torch_benchmark_case")
 LEAK_PROPERTY = "torch_memory_leak_report"
 
 
@@ -219,18 +218,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         _leak_check(metafunc, metafunc.config.stash[settings_key])
     except ValueError as exc:
         raise pytest.Collector.CollectError(str(exc)) from None
-    timed = [name for name in _PERF_FIXTURES if name in metafunc.fixturenames]
-    if LEAK_MARKER in names and timed:
-        raise pytest.Collector.CollectError(
-            f"{metafunc.definition.nodeid}: @pytest.mark.{LEAK_MARKER} repeats the test"
-            f" body, and a test using {timed[0]} measures performance, which must run"
-            f" once. Check the model's step for leaks in a test of its own."
-        )
+    if LEAK_MARKER in names:
+        why = _runs_once(metafunc.config, metafunc.definition.nodeid, metafunc.fixturenames)
+        if why is not None:
+            raise pytest.Collector.CollectError(
+                f"{metafunc.definition.nodeid}: @pytest.mark.{LEAK_MARKER} repeats the test"
+                f" body, but this test must run once: {why}. Check the model's step for"
+                f" leaks in a test of its own."
+            )
+
+
+def _runs_once(config: pytest.Config, nodeid: str, fixturenames: Sequence[str]) -> str | None:
+    """Why a sibling plugin needs this test's body to run once (e.g. perf timing it)."""
+    answer: str | None = config.hook.pytest_torch_runs_once(
+        config=config, nodeid=nodeid, fixturenames=tuple(fixturenames)
+    )
+    return answer
 
 
 def _devices(item: pytest.Item, budget: MemoryBudget | None) -> list[torch.device]:
     from pytest_torch.core import devices
-    from pytest_torch.core.plugin import get_settings
+    from pytest_torch.core.selection import get_settings
 
     chosen = []
     for device_type in get_settings(item.config).available():
@@ -286,8 +294,8 @@ def _pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]
     if not settings.leak_all and pyfuncitem.get_closest_marker(LEAK_MARKER) is None:
         return (yield)
     original = pyfuncitem.obj
-    if any(name in pyfuncitem.fixturenames for name in _PERF_FIXTURES):
-        return (yield)  # perf tests time themselves once (only reached by --torch-leak-check)
+    if _runs_once(pyfuncitem.config, pyfuncitem.nodeid, pyfuncitem.fixturenames) is not None:
+        return (yield)  # e.g. perf tests time themselves once (only reached by --torch-leak-check)
     if inspect.iscoroutinefunction(original):
         return (yield)  # async bodies are run by their own plugin
     check = _leak_check(pyfuncitem, settings)
@@ -343,3 +351,21 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_sep("-", "torch memory: highest peaks")
         for line in render_table(settings.records, settings.top):
             terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_torch_report_tables(config: pytest.Config) -> list[ReportTable] | None:
+    """The peak table, for the reports other plugins write (the ``--torch-memory-top``
+    highest per device; ten when the terminal shows none)."""
+    from pytest_torch.core.tables import ReportTable
+
+    settings = config.stash.get(settings_key, None)
+    if settings is None or not settings.records:
+        return None
+
+    def render() -> list[str]:
+        from pytest_torch.memory.report import render_table
+
+        return render_table(settings.records, settings.top or 10)
+
+    return [ReportTable("Peak memory", render)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import shlex
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -21,6 +21,7 @@ from pytest_torch.core.options import add_flag_with_ini, add_option_with_ini, op
 # The engines are imported where they are used: loading the plugin must stay cheap
 # for suites that never time anything.
 if TYPE_CHECKING:
+    from pytest_torch.core.tables import ReportTable
     from pytest_torch.perf.baselines import Baseline, BaselineFile
     from pytest_torch.perf.checks import Outcome
     from pytest_torch.perf.records import PerfRecord
@@ -370,7 +371,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _parametrize_suite(metafunc: pytest.Metafunc) -> None:
-    from pytest_torch.core.plugin import device_types_for
+    from pytest_torch.core.selection import device_types_for
     from pytest_torch.perf.suites import CASE_FIXTURE, cases, parse_spec
 
     node_id = metafunc.definition.nodeid
@@ -712,6 +713,42 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(
             f"recorded {written} perf baseline(s) for this machine in {settings.baseline_path}"
         )
+
+
+#: fixtures that time the test body, which must therefore run once
+TIMING_FIXTURES = ("latency", "perf_baseline", _CASE_FIXTURE)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_torch_runs_once(
+    config: pytest.Config, nodeid: str, fixturenames: Sequence[str]
+) -> str | None:
+    """A test that measures performance must not be repeated (by a leak check)."""
+    for name in TIMING_FIXTURES:
+        if name in fixturenames:
+            return f"it uses {name}, which measures performance"
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_torch_report_tables(config: pytest.Config) -> list[ReportTable] | None:
+    """The perf and benchmark tables, for the reports other plugins write."""
+    from pytest_torch.core.tables import ReportTable
+
+    settings = config.stash.get(settings_key, None)
+    if settings is None:
+        return None
+    tables = []
+    if settings.records:
+        from pytest_torch.perf.records import render_table
+
+        tables.append(ReportTable("Performance", lambda: render_table(settings.records)))
+    if settings.benchmark_results:
+        from pytest_torch.perf.suite_report import render
+
+        results = settings.benchmark_results
+        tables.append(ReportTable("Benchmarks", lambda: render(results, settings.machine())))
+    return tables
 
 
 #: where an xdist worker hands its recordings to the controller, which writes them once
