@@ -128,14 +128,55 @@ def test_bad_markers_are_collection_errors_naming_the_test(pytester, run, marker
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        ("--torch-leak-iterations=1", "expected a whole number from 2 to 1000, got '1'"),
-        ("--torch-leak-tolerance-tensors=-1", "expected a whole number >= 0"),
-        ("--torch-leak-tolerance-bytes=lots", "expected a number of bytes >= 0"),
-        ("--torch-memory-top=few", "expected a whole number >= 0, got 'few'"),
+        (
+            "--torch-leak-iterations=1",
+            "--torch-leak-iterations: expected a whole number from 2 to 1000, got '1'."
+            " Example: --torch-leak-iterations=5",
+        ),
+        (
+            "--torch-leak-tolerance-tensors=-1",
+            "--torch-leak-tolerance-tensors: expected a whole number >= 0, got '-1'."
+            " Example: --torch-leak-tolerance-tensors=5",
+        ),
+        (
+            "--torch-leak-tolerance-bytes=lots",
+            "--torch-leak-tolerance-bytes: expected a number of bytes >= 0",
+        ),
+        (
+            "--torch-memory-top=few",
+            "--torch-memory-top: expected a whole number >= 0, got 'few'."
+            " Example: --torch-memory-top=5",
+        ),
     ],
 )
 def test_bad_options_are_usage_errors(pytester, run, option, message):
     result = run(option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
+
+
+@pytest.mark.parametrize(
+    ("ini", "message"),
+    [
+        (
+            "torch_leak_iterations = 1001",
+            "torch_leak_iterations (in tox.ini): expected a whole number from 2 to 1000,"
+            " got '1001'. Example: --torch-leak-iterations=5",
+        ),
+        (
+            "torch_memory_top = -1",
+            "torch_memory_top (in tox.ini): expected a whole number >= 0, got '-1'."
+            " Example: --torch-memory-top=5",
+        ),
+        (
+            "torch_leak_tolerance_bytes = lots",
+            "torch_leak_tolerance_bytes (in tox.ini): expected a number of bytes >= 0",
+        ),
+    ],
+)
+def test_bad_ini_values_are_usage_errors_naming_the_ini_file(pytester, run, ini, message):
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    result = run()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{message}*"])
 
@@ -210,7 +251,7 @@ needs_cuda = pytest.mark.skipif(
 @pytest.mark.gpu
 @needs_cuda
 def test_a_cpu_only_budgeted_test_creates_no_cuda_context(pytester):
-    """On a GPU machine a budget measures every available device; asking about CUDA
+    """On a GPU machine a budget measures every selected device; asking about CUDA
     must not set it up (a context costs ~0.5 GB and breaks forked children)."""
     pytester.makepyfile(
         """

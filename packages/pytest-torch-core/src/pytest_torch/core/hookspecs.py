@@ -30,7 +30,10 @@ def pytest_torch_resolve_device(
     it. Return a ``torch.device`` or a string such as ``"cuda:1"``, or None to let a
     later implementation (finally core's default: the backend's current device)
     answer. The first non-None result wins. The xdist plugin answers this to give each
-    worker its own GPU while test ids stay ``test_x[cuda]``.
+    worker its own GPU while test ids stay ``test_x[cuda]``. pytest-torch-memory asks
+    it too, for each device type it measures: the CPU and the accelerator types
+    selected for the test (``core.selection.device_types_for``, narrowed to the test's
+    own ``torch_device``), never every available device.
     """
 
 

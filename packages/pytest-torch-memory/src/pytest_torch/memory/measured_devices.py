@@ -1,0 +1,56 @@
+"""Which devices a test body's memory is measured on.
+
+The device types core selects for the test (``--torch-device``, narrowed by its
+``torch_devices`` marker), narrowed to the test's own device type when it is
+parametrized by the ``torch_device`` fixture, and always ``cpu``: host memory matters
+for every test, and it is what CPU-only CI measures. Each type becomes a concrete
+device through the ``pytest_torch_resolve_device`` hook (``cuda:1`` on an xdist
+worker); a budget's ``device=`` narrows the list further.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_torch.core import devices
+from pytest_torch.core.selection import device_types_for
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_torch.memory.budgets import MemoryBudget
+
+#: the fixture core parametrizes by device type
+DEVICE_FIXTURE = "torch_device"
+
+
+def own_device_type(item: pytest.Item) -> str | None:
+    """The device type the test is parametrized for by ``torch_device``, or None."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or DEVICE_FIXTURE not in callspec.params:
+        return None
+    return str(callspec.params[DEVICE_FIXTURE]).split(":")[0]
+
+
+def device_types_to_measure(config: pytest.Config, item: pytest.Item) -> list[str]:
+    """``cpu`` first, then the other device types selected for this test."""
+    selected = device_types_for(config, item)
+    own = own_device_type(item)
+    if own is not None:
+        selected = [t for t in selected if t == own]
+    return ["cpu", *(t for t in selected if t != "cpu")]
+
+
+def devices_to_measure(item: pytest.Item, budget: MemoryBudget | None) -> list[torch.device]:
+    """The concrete devices to measure, only those ``budget`` applies to when given."""
+    chosen = []
+    for device_type in device_types_to_measure(item.config, item):
+        if budget is not None and not budget.applies_to(device_type):
+            continue
+        resolved = item.config.hook.pytest_torch_resolve_device(
+            config=item.config, device_type=device_type
+        )
+        chosen.append(devices.as_device(resolved))
+    return chosen
