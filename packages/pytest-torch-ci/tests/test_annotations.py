@@ -86,6 +86,17 @@ def test_off_by_default_on_under_github_actions_and_switchable(pytester, run, mo
     assert _errors(run()) == []
     result = run("--torch-github-annotations=maybe")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--torch-github-annotations: expected on, off or auto*"])
+
+
+def test_a_wrong_ini_value_is_named_with_its_file(pytester, run):
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.makeini("[pytest]\ntorch_github_annotations = maybe\n")
+    result = run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*torch_github_annotations (in tox.ini): expected on, off or auto, got 'maybe'*"]
+    )
 
 
 def test_at_most_ten_annotations_and_one_for_the_rest(pytester, run):

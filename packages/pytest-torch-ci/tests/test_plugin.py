@@ -158,6 +158,20 @@ def test_ini_twin_and_shape_mismatches_keep_the_tensors(pytester, run):
     assert sorted(p.name for p in folder.iterdir()) == ["1-output.pt"]
 
 
+def test_an_unusable_folder_is_named_with_where_it_was_set(pytester, run):
+    (pytester.path / "blocker").write_text("a file")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = run("--torch-failure-artifacts=blocker")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--torch-failure-artifacts: cannot save failure artifacts in*"])
+    pytester.makeini("[pytest]\ntorch_failure_artifacts = blocker\n")
+    result = run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*torch_failure_artifacts (in tox.ini): cannot save failure artifacts in*blocker*"]
+    )
+
+
 def test_workers_write_artifacts_under_xdist(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(

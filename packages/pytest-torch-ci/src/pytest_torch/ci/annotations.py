@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 MAX_ANNOTATIONS = 10
 #: lines of a failure message put into its annotation
 MESSAGE_LINES = 12
-#: set on failed reports by the plugin (see plugin.py), read here
+#: set on failed reports by :mod:`.failures`, read here
 LINE_ATTRIBUTE = "torch_ci_failing_line"
 ARTIFACTS_ATTRIBUTE = "torch_ci_artifacts"
 
