@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pytest_torch.core import devices
-from pytest_torch.xdist import gpus, threads
+from pytest_torch.xdist import gpus, threads, workers
 from pytest_torch.xdist.locks import GpuLock
 
 # these tests draw from the global random generators; torch_seed restores them
@@ -50,6 +50,27 @@ def test_settings_and_oversubscription():
     assert "--torch-num-threads=8: 8 threads on 4 available cores;" in (
         threads.oversubscription(8, 0, 4) or ""
     )
+
+
+def test_thread_marker_counts():
+    assert threads.pinned_count((2,), {}, "t") == 2
+    assert threads.pinned_count((), {"n": 3}, "t") == 3
+    for args, kwargs in [((), {}), ((1, 2), {}), ((1,), {"n": 1}), ((), {"count": 1})]:
+        with pytest.raises(ValueError, match=r"t: @pytest\.mark\.torch_threads takes one thread"):
+            threads.pinned_count(args, kwargs, "t")
+    for bad in (0, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="torch_threads needs a positive thread count"):
+            threads.pinned_count((bad,), {}, "t")
+
+
+def test_pin_and_unpin_restore_torch_threads():
+    before = torch.get_num_threads()
+    assert threads.pin(1) == before
+    try:
+        assert torch.get_num_threads() == 1
+    finally:
+        threads.unpin(before)
+    assert torch.get_num_threads() == before
 
 
 def test_apply_sets_the_environment_and_torch_and_undo_restores(monkeypatch):
@@ -174,3 +195,46 @@ def test_lock_is_shared_between_readers_and_exclusive_for_writers(tmp_path):
         events.append("readers done")
     writer.join(5)
     assert events == ["readers done", "exclusive"]
+
+
+def test_worker_counts_and_numbers():
+    assert workers.count_workers(3, []) == 3
+    assert workers.count_workers(None, ["2*popen", "popen//env:X=1"]) == 3
+    assert workers.count_workers(0, []) == 0
+    assert workers.worker_number("gw12") == 12
+    assert workers.worker_number("mine") == 0
+
+
+def test_the_controller_plans_each_worker(two_fake_gpus, monkeypatch):
+    monkeypatch.setattr(devices, "total_memory", lambda device: 16 * 2**30)
+    settings = workers.XdistSettings("auto", 3, None)
+    settings.gpus, settings.narrow, settings.fraction = gpus.GpuPlan("cuda", (1, 0)), True, "auto"
+    planned = workers.plan_assignments(settings, [], "--gpus", {"CUDA_VISIBLE_DEVICES": "4,6"})
+    # GPU 1 is shared by workers 0 and 2: (16 - 1 - 2) / 2 GiB each; GPU 0 by worker 1 alone
+    assert planned == [
+        gpus.Assignment("cuda", 1, "CUDA_VISIBLE_DEVICES", "6", pytest.approx(13 / 32)),
+        gpus.Assignment("cuda", 0, "CUDA_VISIBLE_DEVICES", "4", pytest.approx(14 / 16)),
+        gpus.Assignment("cuda", 1, "CUDA_VISIBLE_DEVICES", "6", pytest.approx(13 / 32)),
+    ]
+    with pytest.raises(gpus.GpuSettingError, match="--tx popen//env:CUDA_VISIBLE_DEVICES=0: this"):
+        workers.plan_assignments(settings, ["popen//env:CUDA_VISIBLE_DEVICES=0"], "--gpus", {})
+    settings.assignments = planned
+    settings.narrow = False  # a fraction alone: no visibility variable, every GPU visible
+    assert {a.variable for a in workers.plan_assignments(settings, [], "--gpus", {})} == {None}
+    lines = workers.header_lines(settings, 8, {})
+    assert lines is not None and lines[0] == "torch xdist: 3 workers, 8 cores available"
+    assert lines[1] == "  gw0: cuda:1 (CUDA_VISIBLE_DEVICES=6), 40.6% of its memory, 2 of 8 threads"
+
+
+def test_a_restarted_spec_keeps_its_assignment():
+    first, second = (
+        gpus.Assignment("cuda", 0, None, None, None),
+        gpus.Assignment("cuda", 1, None, None, None),
+    )
+    book = workers.SpecAssignments([first, second])
+    spec = type("Spec", (), {"id": "gw1"})()
+    assert book.for_spec(spec, 0) == second
+    spec.id = "gw2"  # restarted from the same spec object
+    assert book.for_spec(spec, 2) == second
+    assert book.for_spec(object(), 4) == first  # no gw id: by position
+    assert workers.SpecAssignments([]).for_spec(spec, 0) is None

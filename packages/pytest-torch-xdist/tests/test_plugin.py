@@ -287,10 +287,45 @@ def test_bad_input_is_a_usage_error(gpu_suite, run, args, message):
     result.stderr.fnmatch_lines([f"*{message}*"])
 
 
-def test_gpus_requested_on_a_machine_without_gpus(pytester, run):
+@pytest.mark.parametrize(
+    ("ini", "message"),
+    [
+        ("torch_num_threads = lots", "torch_num_threads (in tox.ini): expected auto, none or a"),
+        ("torch_xdist_gpus = zero", "torch_xdist_gpus (in tox.ini): expected auto or comma-sep"),
+        ("torch_gpu_memory_fraction = most", "torch_gpu_memory_fraction (in tox.ini): expected"),
+    ],
+)
+def test_a_bad_ini_value_names_the_ini_file(gpu_suite, pytester, run, ini, message):
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    result = run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
+    # the command line wins over the ini file, and is named instead
+    result = run("--torch-num-threads=-1", "--torch-xdist-gpus=0", "--torch-gpu-memory-fraction=1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--torch-num-threads: expected auto, none or a positive*"])
+
+
+def test_gpus_requested_on_a_machine_without_gpus(pytester, run, monkeypatch):
+    from pytest_torch.core import devices
+
+    # a machine without GPUs, also when this suite runs on one
+    monkeypatch.setattr(devices, "is_available", lambda kind: kind == "cpu")
+    monkeypatch.setattr(devices, "device_count", lambda kind: 1 if kind == "cpu" else 0)
     result = run("--torch-xdist-gpus=auto")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*this machine has no CUDA or Intel XPU device*"])
+    result.stderr.fnmatch_lines(
+        ["*--torch-xdist-gpus: this machine has no CUDA or Intel XPU device*"]
+    )
+    # a fraction alone needs a GPU too, and the message names the option given
+    result = run("--torch-gpu-memory-fraction=0.5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*--torch-gpu-memory-fraction: this machine has no CUDA or Intel XPU device*"
+            " run without --torch-gpu-memory-fraction*"
+        ]
+    )
 
 
 def test_oversubscription_is_warned_about(pytester, run):
@@ -475,7 +510,8 @@ def test_the_controller_gives_a_restarted_spec_the_same_assignment():
     import execnet
 
     from pytest_torch.xdist import gpus
-    from pytest_torch.xdist.plugin import ASSIGNMENT_KEY, XdistSettings, _Controller
+    from pytest_torch.xdist.plugin import _Controller
+    from pytest_torch.xdist.workers import ASSIGNMENT_KEY, XdistSettings
 
     settings = XdistSettings("auto", 2, None)
     settings.assignments = [

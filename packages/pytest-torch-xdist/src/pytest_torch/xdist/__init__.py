@@ -1,5 +1,6 @@
 """pytest-torch-xdist: GPUs and CPU cores shared fairly by pytest-xdist workers.
 
-The plugin works through options and markers; its engines are :mod:`.threads`,
-:mod:`.gpus` and :mod:`.locks`. Nothing here imports torch.
+The plugin works through options and markers; its engines are :mod:`.workers` (what
+each process gets), :mod:`.threads`, :mod:`.gpus` and :mod:`.locks`. Nothing here
+imports torch.
 """

@@ -12,12 +12,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from pytest_torch.core.cpus import overrun
 
 #: variables that size the thread pools of OpenMP and MKL (and so torch's default)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+#: the marker that pins one test's torch thread count
+THREADS_MARKER = "torch_threads"
 
 
 class ThreadSettingError(ValueError):
@@ -56,13 +59,11 @@ class Plan(NamedTuple):
         return f"{self.threads} of {self.cores} threads"
 
 
-def user_variables(environ: dict[str, str] | os._Environ[str]) -> list[str]:
+def user_variables(environ: Mapping[str, str]) -> list[str]:
     return [name for name in THREAD_VARIABLES if environ.get(name)]
 
 
-def plan(
-    setting: str | int, workers: int, cores: int, environ: dict[str, str] | os._Environ[str]
-) -> Plan:
+def plan(setting: str | int, workers: int, cores: int, environ: Mapping[str, str]) -> Plan:
     """What one of ``workers`` processes (0: no xdist) should use on ``cores`` cores."""
     chosen = user_variables(environ)
     if chosen:
@@ -145,3 +146,40 @@ def sync_torch(applied: Applied) -> None:
     if applied.interop:
         with contextlib.suppress(RuntimeError):  # possible only before the pool starts
             torch.set_num_interop_threads(threads)
+
+
+def pinned_count(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str) -> int:
+    """The thread count of a ``torch_threads`` marker with these arguments; a
+    ValueError naming ``where`` (the test id) and what was expected otherwise."""
+    given = list(args)
+    if "n" in kwargs:
+        given.append(kwargs["n"])
+    unknown = set(kwargs) - {"n"}
+    if unknown or len(given) != 1:
+        raise ValueError(
+            f"{where}: @pytest.mark.{THREADS_MARKER} takes one thread count, e.g."
+            f" @pytest.mark.{THREADS_MARKER}(1); got args {args!r}, kwargs {kwargs!r}"
+        )
+    count = given[0]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(
+            f"{where}: @pytest.mark.{THREADS_MARKER} needs a positive thread count, got {count!r}"
+        )
+    return count
+
+
+def pin(count: int) -> int:
+    """Give torch ``count`` intra-op threads for one test; returns the count to put
+    back with :func:`unpin`. Imports torch: the test asked for torch threads."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    return before
+
+
+def unpin(before: int) -> None:
+    """Put back the count :func:`pin` returned."""
+    import torch
+
+    torch.set_num_threads(before)
