@@ -161,13 +161,20 @@ def test_bad_options_are_usage_errors(pytester, run, flag):
     pytester.makepyfile("def test_x(): pass")
     result = run(flag)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: {flag.split('=')[0]} (ini *): expected a*number*, got*"])
+    result.stderr.fnmatch_lines([f"ERROR: {flag.split('=')[0]}: expected a*number*, got*"])
 
 
 def test_max_time_ini_twin(pytester, run):
     pytester.makeini("[pytest]\ntorch_perf_max_time = abc\n")
     pytester.makepyfile("def test_x(): pass")
-    assert run().ret == pytest.ExitCode.USAGE_ERROR
+    result = run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: torch_perf_max_time (in tox.ini): expected a positive, finite number,"
+            " got 'abc'. Example: --torch-perf-max-time=1.0"
+        ]
+    )
     assert run("--torch-perf-max-time=0.05").ret == 0  # the command line wins
 
 
@@ -242,3 +249,15 @@ def test_more_perf_threads_than_cores_is_a_warning_in_the_header(pytester, run):
             f" are not judged (machine busy). *",
         ]
     )
+
+
+def test_the_per_test_hooks_are_registered_only_when_a_test_needs_them(pytester, run):
+    check = "def test_{0}(request):\n    assert {1}request.config.pluginmanager.has_plugin('torch_perf_runner')\n"
+    pytester.makepyfile(test_plain=check.format("plain", "not "))
+    run().assert_outcomes(passed=1)
+    pytester.makepyfile(
+        test_timed="import pytest\n\n@pytest.mark.torch_max_latency(ms=10_000)\n"
+        "def test_timed(latency):\n    latency(lambda: None)\n",
+        test_plain=check.format("plain", ""),
+    )
+    run("--torch-perf-max-time=0.05").assert_outcomes(passed=2)

@@ -1,4 +1,5 @@
-"""The baseline file: recorded figures per machine and test, and the regression rule.
+"""The baseline file: recorded figures per machine and test (the rule that compares
+with them is in ``rule``).
 
 Layout (sorted keys, two-space indent, one trailing newline, so diffs stay small)::
 
@@ -87,30 +88,6 @@ class Baseline:
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise BaselineFileError(f"{where}: entry is malformed ({exc!r})") from None
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of comparing one figure with its baseline."""
-
-    regressed: bool
-    limit: float
-    ratio: float
-
-    @property
-    def change(self) -> float:
-        """Relative change: +0.42 is 42 % slower (or larger)."""
-        return self.ratio - 1.0
-
-
-def judge(new: float, baseline: float, tolerance: float, slack: float) -> Verdict:
-    """The rule: a regression is ``new > baseline * (1 + tolerance) + slack``.
-
-    Faster (or smaller) is never a regression.
-    """
-    limit = baseline * (1 + tolerance) + slack
-    ratio = new / baseline if baseline > 0 else (1.0 if new == 0 else float("inf"))
-    return Verdict(regressed=new > limit, limit=limit, ratio=ratio)
 
 
 def _fix_hint(path: Path) -> str:

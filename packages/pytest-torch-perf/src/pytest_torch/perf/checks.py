@@ -1,7 +1,8 @@
 """Judging measurements: latency budgets and baseline comparisons.
 
 Everything here works on measurements handed in, so it can be tested with made-up
-numbers; the pytest wiring in ``plugin.py`` does the measuring.
+numbers; ``check_runner`` and ``suite_runner`` do the measuring, and the regression
+rule itself (tolerances, limit, "improved") is ``rule``.
 
 A measurement over its limit is taken again before anything fails, and a measurement
 that other processes slowed down (``LatencyResult.busy``) never decides a failure:
@@ -19,8 +20,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from pytest_torch.perf.baselines import Baseline, judge
+from pytest_torch.perf.baselines import Baseline
 from pytest_torch.perf.records import PerfRecord
+from pytest_torch.perf.rule import (
+    MEMORY_SLACK_BYTES,
+    improved,
+    judge,
+    latency_limit_text,
+    memory_limit_text,
+)
 from pytest_torch.perf.timing import STATISTICS, LatencyResult, fmt_ms
 
 
@@ -33,8 +41,6 @@ class PerfNotJudgedError(AssertionError):
     this machine, another thread count, a machine too busy to judge or to record on)."""
 
 
-#: Peak-memory growth below this is never a regression (allocator rounding).
-MEMORY_SLACK_BYTES = 1 << 20
 #: The statistic baselines record and regressions compare: the fastest sample. Time
 #: taken by other processes, other xdist workers and the scheduler only ever adds to a
 #: sample, so the minimum moves least when the machine is busy while still moving with
@@ -352,9 +358,8 @@ def _memory_failures(
         if verdict.regressed:
             failures.append(
                 f"  peak memory on {device}: {peak / 2**20:.1f} MiB vs baseline"
-                f" {before / 2**20:.1f} MiB ({100 * verdict.change:+.1f} %; limit"
-                f" {verdict.limit / 2**20:.1f} MiB = baseline x (1 + {memory_tolerance:g})"
-                f" + 1 MiB)"
+                f" {before / 2**20:.1f} MiB ({100 * verdict.change:+.1f} %;"
+                f" {memory_limit_text(verdict, memory_tolerance)})"
             )
     return failures
 
@@ -422,7 +427,7 @@ def compare(
         verdict_text = "MEMORY REGRESSION"
     elif settled.decision == "busy":
         verdict_text = NOT_JUDGED
-    elif latency.change < -tolerance:
+    elif improved(latency, tolerance):
         verdict_text = f"improved {100 * -latency.change:.0f} %"
     else:
         verdict_text = "ok (machine busy)" if result.busy else "ok"
@@ -437,10 +442,7 @@ def compare(
         spread_pct=100 * result.spread,
         peak_memory_mb=_peak_mb(memory),
     )
-    limit = (
-        f"limit {fmt_ms(latency.limit)} = baseline x (1 + tolerance {tolerance:g})"
-        f" + slack {fmt_ms(slack_ms)}"
-    )
+    limit = latency_limit_text(latency, tolerance, slack_ms)
     if verdict_text == NOT_JUDGED:
         assert result.interference is not None  # only a probe makes a measurement busy
         message = "\n".join(

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
+from pytest_torch.perf.rule import DEFAULT_LATENCY_TOLERANCE, tolerance_problem
+
 if TYPE_CHECKING:
     import torch
 
@@ -41,7 +43,7 @@ class SuiteSpec:
     dtypes: tuple[str, ...] = ("float32",)
     modes: tuple[str, ...] = ("eager",)
     compile_options: Mapping[str, Any] = field(default_factory=dict)
-    latency_tolerance: float = 0.3
+    latency_tolerance: float = DEFAULT_LATENCY_TOLERANCE
 
 
 def _names(value: Any, what: str, where: str) -> tuple[str, ...]:
@@ -56,8 +58,6 @@ def _names(value: Any, what: str, where: str) -> tuple[str, ...]:
 def parse_spec(kwargs: Mapping[str, Any], where: str) -> SuiteSpec:
     """A SuiteSpec from the marker's keywords; ValueError naming ``where`` otherwise."""
     import torch
-
-    from pytest_torch.perf.checks import finite_number
 
     where = f"{where}: @benchmark_suite"
     known = {"batch_sizes", "dtypes", "modes", "compile_options", "latency_tolerance"}
@@ -91,11 +91,10 @@ def parse_spec(kwargs: Mapping[str, Any], where: str) -> SuiteSpec:
         raise ValueError(
             f"{where}: compile_options must be a dict of torch.compile arguments, got {options!r}"
         )
-    tolerance = kwargs.get("latency_tolerance", 0.3)
-    if not finite_number(tolerance) or tolerance < 0:
-        raise ValueError(
-            f"{where}: latency_tolerance must be a finite number >= 0, got {tolerance!r}"
-        )
+    tolerance = kwargs.get("latency_tolerance", DEFAULT_LATENCY_TOLERANCE)
+    problem = tolerance_problem("latency_tolerance", tolerance)
+    if problem is not None:
+        raise ValueError(f"{where}: {problem}")
     return SuiteSpec(tuple(sizes), dtypes, modes, dict(options), float(tolerance))
 
 
@@ -105,7 +104,7 @@ def benchmark_suite(
     dtypes: Sequence[str] | str = ("float32",),
     modes: Sequence[str] | str = ("eager",),
     compile_options: Mapping[str, Any] | None = None,
-    latency_tolerance: float = 0.3,
+    latency_tolerance: float = DEFAULT_LATENCY_TOLERANCE,
 ) -> Callable[[F], F]:
     """Turn a ``(batch_size) -> (model, inputs)`` function into a benchmark suite.
 

@@ -1,0 +1,223 @@
+"""Running the checks a test asks for: ``latency(...)`` under a latency budget, and
+``perf_baseline(...)`` against (or recording) this machine's baseline.
+
+``checks`` judges figures handed in; this module measures them with the session's
+settings, labels each check, publishes its record in the test's ``user_properties``
+and turns the outcome into a pass, a skip or a failure of the test.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_torch.perf.checks import Budget, Outcome
+    from pytest_torch.perf.records import PerfRecord
+    from pytest_torch.perf.settings import PerfSettings
+    from pytest_torch.perf.timing import LatencyResult
+
+MARKER = "torch_max_latency"
+RERECORD = "pytest --torch-update-perf"
+
+#: how many times a test called latency(...) (a marked test must call it)
+calls_key = pytest.StashKey[int]()
+#: the labels of a test's checks so far (each perf_baseline call needs its own)
+labels_key = pytest.StashKey[set[str]]()
+
+
+def budget(node: pytest.Item | pytest.Metafunc) -> Budget | None:
+    """The ``torch_max_latency`` budget of a test; ValueError for a malformed marker."""
+    from pytest_torch.perf.checks import parse_budget
+
+    definition = node.definition if isinstance(node, pytest.Metafunc) else node
+    marker = definition.get_closest_marker(MARKER)
+    if marker is None:
+        return None
+    return parse_budget(marker.args, marker.kwargs, definition.nodeid)
+
+
+def check_marked(metafunc: pytest.Metafunc) -> None:
+    """At collection: a test with a latency budget has a well-formed marker and uses the
+    ``latency`` fixture; a collection error naming the test otherwise."""
+    try:
+        budget(metafunc)
+    except ValueError as exc:
+        raise pytest.Collector.CollectError(str(exc)) from None
+    if "latency" not in metafunc.fixturenames:
+        raise pytest.Collector.CollectError(
+            f"{metafunc.definition.nodeid}: @pytest.mark.{MARKER} needs the latency"
+            f" fixture: add a `latency` argument and time the code with"
+            f" latency(model, *inputs)"
+        )
+
+
+def budget_unused(item: pytest.Item) -> str | None:
+    """The failure when a test marked with a budget never called ``latency(...)``."""
+    # a marked test always uses the latency fixture (checked at collection): test that first
+    if (
+        "latency" in getattr(item, "fixturenames", ())
+        and item.stash.get(calls_key, 0) == 0
+        and item.get_closest_marker(MARKER) is not None
+    ):
+        return (
+            f"{item.nodeid} is marked @pytest.mark.{MARKER} but never called"
+            f" latency(...), so nothing was checked against the budget. Time the code"
+            f" under budget with latency(model, *inputs), or remove the marker."
+        )
+    return None
+
+
+def new_label(item: pytest.Item, name: str | None, kind: str) -> str:
+    """The check's name in the baseline file and the table: the test id (and ``name``);
+    a repeated latency(...) gets ``#2``, a repeated perf_baseline name is an error."""
+    labels = item.stash.setdefault(labels_key, set())
+    text = item.nodeid if name is None else f"{item.nodeid}::{name}"
+    if kind == "latency":
+        base, count = text, 2
+        while text in labels:
+            text, count = f"{base}#{count}", count + 1
+    elif text in labels:
+        raise ValueError(
+            f"perf_baseline was called twice for {text}; give each call in a test its own"
+            f" name=, e.g. perf_baseline(model, x, name='batch32')"
+        )
+    labels.add(text)
+    return text
+
+
+def publish(item: pytest.Item, record: PerfRecord) -> None:
+    item.user_properties.extend(record.to_properties())
+
+
+def apply_outcome(outcome: Outcome) -> None:
+    """Skip or fail the test as the outcome says; return for a pass."""
+    __tracebackhide__ = True
+    if outcome.status == "skip":
+        pytest.skip(outcome.message)
+    if outcome.status == "fail":
+        raise outcome.error()
+
+
+def latency_measurer(item: pytest.Item, settings: PerfSettings) -> Callable[..., LatencyResult]:
+    """What the ``latency`` fixture gives: measure, and check the test's budget if any."""
+    test_budget = budget(item)
+
+    def measure(target: Any, *inputs: Any, **kwargs: Any) -> LatencyResult:
+        __tracebackhide__ = True
+        from pytest_torch.perf.calls import measure_latency
+        from pytest_torch.perf.checks import check_budget
+
+        item.stash[calls_key] = item.stash.get(calls_key, 0) + 1
+        settings.calibrate()
+
+        def once() -> LatencyResult:
+            return measure_latency(
+                target, *inputs, settings=settings.sampling(), threads=settings.threads, **kwargs
+            )
+
+        if test_budget is None:
+            return once()
+        outcome = check_budget(new_label(item, None, "latency"), once, test_budget, settings.strict)
+        publish(item, outcome.record)
+        apply_outcome(outcome)
+        assert outcome.measured is not None
+        return outcome.measured
+
+    return measure
+
+
+def baseline_checker(item: pytest.Item, settings: PerfSettings) -> Callable[..., Outcome]:
+    """What the ``perf_baseline`` fixture gives: record or compare one call's figures."""
+    from pytest_torch.perf.rule import (
+        DEFAULT_LATENCY_TOLERANCE,
+        DEFAULT_MEMORY_TOLERANCE,
+        TOLERANCE_HINT,
+        tolerance_problem,
+    )
+
+    def check(
+        target: Any,
+        *inputs: Any,
+        latency_tolerance: float = DEFAULT_LATENCY_TOLERANCE,
+        memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE,
+        name: str | None = None,
+    ) -> Outcome:
+        __tracebackhide__ = True
+        from pytest_torch.perf.calls import measure_latency, peak_memory
+
+        for what, value in (
+            ("latency_tolerance", latency_tolerance),
+            ("memory_tolerance", memory_tolerance),
+        ):
+            problem = tolerance_problem(what, value)
+            if problem is not None:
+                raise ValueError(f"perf_baseline: {problem} {TOLERANCE_HINT}")
+        check_label = new_label(item, name, "baseline")
+
+        def measure() -> tuple[LatencyResult, dict[str, int]]:
+            result = measure_latency(
+                target, *inputs, settings=settings.sampling(), threads=settings.threads
+            )
+            return result, peak_memory(target, inputs, {}, settings.threads)
+
+        outcome = baseline_check(
+            settings,
+            item.nodeid,
+            check_label,
+            measure,
+            float(latency_tolerance),
+            float(memory_tolerance),
+        )
+        publish(item, outcome.record)
+        apply_outcome(outcome)
+        return outcome
+
+    return check
+
+
+def baseline_check(
+    settings: PerfSettings,
+    node_id: str,
+    label: str,
+    measure: Callable[[], tuple[LatencyResult, dict[str, int]]],
+    latency_tolerance: float,
+    memory_tolerance: float,
+) -> Outcome:
+    """Record (``--torch-update-perf``) or compare one measured thing; never raises for
+    a regression: the outcome says "pass", "fail" or "skip"."""
+    __tracebackhide__ = True
+    import torch
+
+    from pytest_torch.perf import checks
+    from pytest_torch.perf.baselines import BaselineFileError
+
+    torch_version = str(torch.__version__).split("+")[0]
+    settings.calibrate()
+    if settings.update:
+        outcome = checks.record(label, measure, torch_version, settings.strict)
+        if outcome.baseline is not None:
+            settings.pending.setdefault(settings.machine(), {})[label] = outcome.baseline
+        return outcome
+    try:
+        baseline = settings.file().lookup(settings.machine(), label)
+    except BaselineFileError as exc:
+        raise checks.PerfRegressionError(str(exc)) from None
+    if baseline is None:
+        return checks.missing_outcome(label, settings.machine(), settings.strict)
+    return checks.compare(
+        label,
+        baseline,
+        measure,
+        threads=settings.threads,
+        torch_version=torch_version,
+        tolerance=latency_tolerance,
+        memory_tolerance=memory_tolerance,
+        slack_ms=settings.slack_ms,
+        strict=settings.strict,
+        machine=settings.machine(),
+        rerecord=f"{RERECORD} {shlex.quote(node_id)}",
+    )

@@ -1,0 +1,93 @@
+"""The regression rule: when a new figure is a regression against its baseline.
+
+A regression is ``new > baseline * (1 + tolerance) + slack``; faster (or smaller) is
+never one, and a figure faster than ``baseline * (1 - tolerance)`` has "improved". The
+default tolerances, their validation and the text that shows a limit live here too, so
+every check (``perf_baseline``, benchmark suites) applies the same rule.
+
+Plain Python, no torch: cheap to import from the decorator of a test module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: How much slower than its baseline a latency may be before it is a regression
+#: (``perf_baseline``'s and ``@benchmark_suite``'s ``latency_tolerance``).
+DEFAULT_LATENCY_TOLERANCE = 0.3
+#: How much larger than its baseline a peak memory may be (``memory_tolerance``).
+DEFAULT_MEMORY_TOLERANCE = 0.1
+#: Peak-memory growth below this is never a regression (allocator rounding).
+MEMORY_SLACK_BYTES = 1 << 20
+
+#: What a tolerance means, for the messages that reject one: "(0.3 allows 30 % more
+#: than the baseline)".
+TOLERANCE_HINT = (
+    f"({DEFAULT_LATENCY_TOLERANCE:g} allows {100 * DEFAULT_LATENCY_TOLERANCE:.0f} % more"
+    f" than the baseline)"
+)
+
+
+def valid_tolerance(value: object) -> bool:
+    """A tolerance is a real number (not a bool), finite and >= 0."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def tolerance_problem(name: str, value: object) -> str | None:
+    """What is wrong with the tolerance ``name`` = ``value``, or None when it is valid."""
+    if valid_tolerance(value):
+        return None
+    return f"{name} must be a finite number >= 0, got {value!r}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of comparing one figure with its baseline."""
+
+    regressed: bool
+    limit: float
+    ratio: float
+
+    @property
+    def change(self) -> float:
+        """Relative change: +0.42 is 42 % slower (or larger)."""
+        return self.ratio - 1.0
+
+
+def judge(new: float, baseline: float, tolerance: float, slack: float) -> Verdict:
+    """The rule: a regression is ``new > baseline * (1 + tolerance) + slack``.
+
+    Faster (or smaller) is never a regression.
+    """
+    limit = baseline * (1 + tolerance) + slack
+    ratio = new / baseline if baseline > 0 else (1.0 if new == 0 else float("inf"))
+    return Verdict(regressed=new > limit, limit=limit, ratio=ratio)
+
+
+def improved(verdict: Verdict, tolerance: float) -> bool:
+    """Faster than the baseline by more than the tolerance: worth re-recording."""
+    return verdict.change < -tolerance
+
+
+def latency_limit_text(verdict: Verdict, tolerance: float, slack_ms: float) -> str:
+    """``limit 1.4 ms = baseline x (1 + tolerance 0.3) + slack 0.1 ms``."""
+    from pytest_torch.perf.timing import fmt_ms
+
+    return (
+        f"limit {fmt_ms(verdict.limit)} = baseline x (1 + tolerance {tolerance:g})"
+        f" + slack {fmt_ms(slack_ms)}"
+    )
+
+
+def memory_limit_text(verdict: Verdict, tolerance: float) -> str:
+    """``limit 110.0 MiB = baseline x (1 + 0.1) + 1 MiB`` (slack: MEMORY_SLACK_BYTES)."""
+    return (
+        f"limit {verdict.limit / 2**20:.1f} MiB = baseline x (1 + {tolerance:g})"
+        f" + {MEMORY_SLACK_BYTES / 2**20:g} MiB"
+    )
