@@ -55,9 +55,17 @@ def test_settings_and_oversubscription():
 def test_thread_marker_counts():
     assert threads.pinned_count((2,), {}, "t") == 2
     assert threads.pinned_count((), {"n": 3}, "t") == 3
-    for args, kwargs in [((), {}), ((1, 2), {}), ((1,), {"n": 1}), ((), {"count": 1})]:
-        with pytest.raises(ValueError, match=r"t: @pytest\.mark\.torch_threads takes one thread"):
-            threads.pinned_count(args, kwargs, "t")
+    wrong = {
+        ((), ()): "needs a positive thread count, got none.",
+        ((1, 2), ()): "takes n once.",
+        ((1,), (("n", 1),)): "takes n once.",
+        ((), (("count", 1),)): "got unknown keyword(s) count; it takes n=.",
+    }
+    for (args, kwargs), message in wrong.items():
+        with pytest.raises(ValueError) as raised:
+            threads.pinned_count(args, dict(kwargs), "t")
+        assert str(raised.value).startswith(f"t: @pytest.mark.torch_threads {message}")
+        assert str(raised.value).endswith("Example: @pytest.mark.torch_threads(1)")
     for bad in (0, True, 1.5, "2"):
         with pytest.raises(ValueError, match="torch_threads needs a positive thread count"):
             threads.pinned_count((bad,), {}, "t")

@@ -16,7 +16,7 @@ import pytest
 from pytest_torch.core import devices, seeding, session
 from pytest_torch.core.options import add_option_with_ini, option_or_ini, option_source
 from pytest_torch.core.selection import (
-    MARKER,
+    DEVICES,
     CoreSettings,
     get_settings,
     restriction,
@@ -61,11 +61,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        f"{MARKER}(*types): run this test only on these device types (cpu, cuda, xpu,"
-        " mps); where none of them is available it is skipped with the reason.",
-    )
+    DEVICES.register(config)
     device_source = option_source(config, "torch_device", "--torch-device")
     seed_source = option_source(config, "torch_seed", "--torch-seed")
     try:

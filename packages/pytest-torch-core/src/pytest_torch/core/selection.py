@@ -12,8 +12,16 @@ from typing import Any
 import pytest
 
 from pytest_torch.core import devices
+from pytest_torch.core.markers import MarkerSpec
 
-MARKER = "torch_devices"
+DEVICES = MarkerSpec(
+    "torch_devices",
+    "run this test only on these device types (cpu, cuda, xpu, mps); where none of them is"
+    " available it is skipped with the reason.",
+    variadic="types",
+    example='@pytest.mark.torch_devices("cuda", "xpu")',
+)
+MARKER = DEVICES.name
 
 
 class CoreSettings:

@@ -42,21 +42,13 @@ def parse_budget(
     """The budget of a ``torch_max_memory`` marker (or, with ``marker=False``, of
     ``assert_max_memory``); ValueError naming ``where`` (ArgumentTypeError, also a
     TypeError, for an argument of the wrong type)."""
-    if marker:
-        prefix = f"{where}: @pytest.mark.{MARKER}"
-        example = f"Example: @pytest.mark.{MARKER}(mb=512) or ({MARKER}(512, device='cuda'))"
-    else:
-        prefix = where
-        example = f"Example: {where}(step, mb=512, device='cuda')"
-    unknown = set(kwargs) - {"mb", "device"}
-    if unknown:
-        raise ValueError(
-            f"{prefix} got unknown keyword(s)"
-            f" {', '.join(sorted(unknown))}; it takes mb= and device=. {example}"
-        )
-    if len(args) > 1 or (args and "mb" in kwargs):
-        raise ValueError(f"{prefix} takes mb once. {example}")
-    mb = args[0] if args else kwargs.get("mb")
+    from pytest_torch.memory.marker_specs import BUDGET
+
+    shown = BUDGET.example if marker else f"{where}(step, mb=512, device='cuda')"
+    prefix = f"{where}: @pytest.mark.{MARKER}" if marker else where
+    example = f"Example: {shown}"
+    bound = BUDGET.bind(args, kwargs, prefix, example=shown)
+    mb = bound["mb"]
     expected = "a finite number of MiB > 0 such as 512"
     if isinstance(mb, bool) or not isinstance(mb, numbers.Real):
         hint = " (a bool is not a size)" if isinstance(mb, bool) else ""
@@ -69,7 +61,7 @@ def parse_budget(
             f"{prefix} needs a positive budget in MiB, got {mb!r}; expected {expected}"
             f" (at most 2**43 MiB, 8 EiB). {example}"
         )
-    device = kwargs.get("device")
+    device = bound["device"]
     types: tuple[str, ...] | None = None
     if device is not None:
         if not isinstance(device, (str, list, tuple)):

@@ -95,20 +95,17 @@ def leak_check_from(
 ) -> LeakCheck:
     """The settings given to a marker (``marker=True``) or to ``assert_no_memory_leak``;
     errors start with ``prefix``."""
-    if marker:
-        example = f" Example: @pytest.mark.{MARKER}(iterations=5, tolerance_bytes='64KiB')"
-    else:
-        example = " Example: assert_no_memory_leak(step, iterations=5, tolerance_bytes='64KiB')"
-    unknown = set(kwargs) - set(LeakCheck._fields)
-    if unknown:
-        raise ValueError(
-            f"{prefix} got unknown keyword(s) {', '.join(sorted(unknown))}; it takes"
-            f" {', '.join(f'{f}=' for f in LeakCheck._fields)}.{example}"
-        )
-    if len(args) > 1 or (args and "iterations" in kwargs):
-        raise ValueError(f"{prefix} takes iterations once.{example}")
+    from pytest_torch.memory.marker_specs import LEAK
+
+    shown = (
+        LEAK.example
+        if marker
+        else "assert_no_memory_leak(step, iterations=5, tolerance_bytes='64KiB')"
+    )
+    example = f" Example: {shown}"
+    bound = LEAK.bind(args, kwargs, prefix, defaults=defaults._asdict(), example=shown)
     iterations = check_count(
-        args[0] if args else kwargs.get("iterations", defaults.iterations),
+        bound["iterations"],
         f"{prefix} iterations",
         2,
         MAX_ITERATIONS,
@@ -116,7 +113,7 @@ def leak_check_from(
         example,
     )
     tensors = check_count(
-        kwargs.get("tolerance_tensors", defaults.tolerance_tensors),
+        bound["tolerance_tensors"],
         f"{prefix} tolerance_tensors",
         0,
         None,
@@ -124,9 +121,7 @@ def leak_check_from(
         example,
     )
     try:
-        tolerance_bytes = parse_bytes(
-            kwargs.get("tolerance_bytes", defaults.tolerance_bytes), f"{prefix} tolerance_bytes"
-        )
+        tolerance_bytes = parse_bytes(bound["tolerance_bytes"], f"{prefix} tolerance_bytes")
     except ValueError as exc:
         raise type(exc)(f"{exc}.{example}") from None
     return LeakCheck(iterations, tensors, tolerance_bytes)

@@ -20,6 +20,7 @@ import pytest
 
 from pytest_torch.core.ondemand import register_once
 from pytest_torch.core.options import add_flag_with_ini, add_option_with_ini
+from pytest_torch.memory.marker_specs import BUDGET, LEAK
 
 if TYPE_CHECKING:
     from pytest_torch.core.tables import ReportTable
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["torch_core"]
 
-BUDGET_MARKER = "torch_max_memory"  # budgets.MARKER, without importing the engine
-LEAK_MARKER = "torch_memory_leak"  # leak_settings.MARKER
+BUDGET_MARKER = BUDGET.name
+LEAK_MARKER = LEAK.name
 RUNNER = "torch_memory_runner"
 RESULTS = "torch_memory_results"
 
@@ -97,18 +98,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        f"{BUDGET_MARKER}(mb, device=None): fail the test if the peak memory allocated by"
-        " torch during its body exceeds mb MiB on any measured device (cpu included), or"
-        " only on the device types given.",
-    )
-    config.addinivalue_line(
-        "markers",
-        f"{LEAK_MARKER}(iterations=5, tolerance_tensors=0, tolerance_bytes=0): run the test"
-        " body once to warm up and then iterations more times; fail if every run leaves"
-        " more live tensors or bytes behind.",
-    )
+    BUDGET.register(config)
+    LEAK.register(config)
     from pytest_torch.memory.settings import read_settings
 
     settings = read_settings(config)

@@ -67,19 +67,11 @@ def finite_number(value: object) -> TypeGuard[float]:
 
 def parse_budget(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str) -> Budget:
     """Budget from ``torch_max_latency`` marker arguments; ValueError naming ``where``."""
-    example = "Example: @pytest.mark.torch_max_latency(ms=50) or (50, stat='p90')"
-    unknown = set(kwargs) - {"ms", "stat"}
-    if unknown:
-        raise ValueError(
-            f"{where}: @pytest.mark.torch_max_latency got unknown keyword(s)"
-            f" {', '.join(sorted(unknown))}; it takes ms= and stat=. {example}"
-        )
-    if len(args) > 2 or (args and "ms" in kwargs) or (len(args) > 1 and "stat" in kwargs):
-        raise ValueError(
-            f"{where}: @pytest.mark.torch_max_latency takes ms and stat once. {example}"
-        )
-    ms = args[0] if args else kwargs.get("ms")
-    stat = args[1] if len(args) > 1 else kwargs.get("stat", "median")
+    from pytest_torch.perf.marker_specs import LATENCY
+
+    example = f"Example: {LATENCY.example}"
+    bound = LATENCY.bind(args, kwargs, f"{where}: @pytest.mark.{LATENCY.name}")
+    ms, stat = bound["ms"], bound["stat"]
     if not finite_number(ms) or not ms > 0:
         raise ValueError(
             f"{where}: @pytest.mark.torch_max_latency needs a positive, finite budget in"

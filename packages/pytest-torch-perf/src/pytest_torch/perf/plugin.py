@@ -15,6 +15,7 @@ from pytest_torch.core.ondemand import register_once
 from pytest_torch.core.options import add_flag_with_ini, add_option_with_ini
 from pytest_torch.perf import check_runner, recording
 from pytest_torch.perf.check_runner import MARKER
+from pytest_torch.perf.marker_specs import BENCHMARK, LATENCY
 from pytest_torch.perf.settings import PerfSettings, read_settings, settings_key
 
 # engines are imported where used: loading the plugin stays cheap for suites that never time
@@ -120,18 +121,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        f"{MARKER}(ms, stat='median'): fail the test if a latency(...) call in it takes"
-        " longer than ms milliseconds (stat: median, mean, min, p90, p99).",
-    )
+    LATENCY.register(config)
+    BENCHMARK.register(config)
     settings = read_settings(config)
-    config.addinivalue_line(
-        "markers",
-        "torch_benchmark(batch_sizes, dtypes, modes, compile_options, latency_tolerance):"
-        " set by @benchmark_suite; one test per device x dtype x mode x batch size, run with"
-        " --torch-benchmark.",
-    )
     config.stash[settings_key] = settings
     config.pluginmanager.register(_ResultCollector(settings), "torch_perf_results")
 

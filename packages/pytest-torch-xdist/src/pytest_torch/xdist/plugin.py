@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_torch.core.cpus import available_cores
+from pytest_torch.core.markers import MarkerSpec
 from pytest_torch.core.ondemand import register_once
 from pytest_torch.core.options import add_option_with_ini, option_or_ini, option_source
 from pytest_torch.xdist import threads, workers
@@ -29,7 +30,12 @@ from pytest_torch.xdist.workers import ASSIGNMENT_KEY, LOCK_DIR_KEY, XdistSettin
 
 pytest_plugins = ["torch_core"]
 
-EXCLUSIVE_MARKER = "torch_gpu_exclusive"
+EXCLUSIVE = MarkerSpec(
+    "torch_gpu_exclusive",
+    "run this test with its GPU to itself: no other test of any xdist worker runs on that"
+    " GPU meanwhile (no-op without xdist or GPUs).",
+)
+EXCLUSIVE_MARKER = EXCLUSIVE.name
 #: the plugin name of the per-test hooks (:class:`_Runner`), registered on demand
 RUNNER = "torch_xdist_runner"
 
@@ -91,15 +97,8 @@ def _worker_count(config: pytest.Config) -> int:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        f"{EXCLUSIVE_MARKER}: run this test with its GPU to itself: no other test of any"
-        " xdist worker runs on that GPU meanwhile (no-op without xdist or GPUs).",
-    )
-    config.addinivalue_line(
-        "markers",
-        f"{THREADS_MARKER}(n): run this test with n torch intra-op threads, restored after.",
-    )
+    EXCLUSIVE.register(config)
+    threads.THREADS.register(config)
     fraction_source = option_source(
         config, "torch_gpu_memory_fraction", "--torch-gpu-memory-fraction"
     )

@@ -16,11 +16,18 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from pytest_torch.core.cpus import overrun
+from pytest_torch.core.markers import MarkerSpec
 
 #: variables that size the thread pools of OpenMP and MKL (and so torch's default)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: the marker that pins one test's torch thread count
-THREADS_MARKER = "torch_threads"
+THREADS = MarkerSpec(
+    "torch_threads",
+    "run this test with n torch intra-op threads, restored after.",
+    positional=("n",),
+    example="@pytest.mark.torch_threads(1)",
+)
+THREADS_MARKER = THREADS.name
 
 
 class ThreadSettingError(ValueError):
@@ -151,19 +158,12 @@ def sync_torch(applied: Applied) -> None:
 def pinned_count(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str) -> int:
     """The thread count of a ``torch_threads`` marker with these arguments; a
     ValueError naming ``where`` (the test id) and what was expected otherwise."""
-    given = list(args)
-    if "n" in kwargs:
-        given.append(kwargs["n"])
-    unknown = set(kwargs) - {"n"}
-    if unknown or len(given) != 1:
-        raise ValueError(
-            f"{where}: @pytest.mark.{THREADS_MARKER} takes one thread count, e.g."
-            f" @pytest.mark.{THREADS_MARKER}(1); got args {args!r}, kwargs {kwargs!r}"
-        )
-    count = given[0]
+    prefix = f"{where}: @pytest.mark.{THREADS_MARKER}"
+    count = THREADS.bind(args, kwargs, prefix)["n"]
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        got = "none" if count is None else repr(count)
         raise ValueError(
-            f"{where}: @pytest.mark.{THREADS_MARKER} needs a positive thread count, got {count!r}"
+            f"{prefix} needs a positive thread count, got {got}. Example: {THREADS.example}"
         )
     return count
 

@@ -1,0 +1,27 @@
+"""The perf plugin's markers, declared once (help line and arguments)."""
+
+from __future__ import annotations
+
+from pytest_torch.core.markers import MarkerSpec
+
+LATENCY = MarkerSpec(
+    "torch_max_latency",
+    "fail the test if a latency(...) call in it takes longer than ms milliseconds (stat:"
+    " median, mean, min, p90, p99).",
+    positional=("ms", "stat"),
+    defaults={"stat": "median"},
+    example="@pytest.mark.torch_max_latency(ms=50) or (50, stat='p90')",
+)
+#: set by @benchmark_suite, never written by hand
+BENCHMARK = MarkerSpec(
+    "torch_benchmark",
+    "set by @benchmark_suite; one test per device x dtype x mode x batch size, run with"
+    " --torch-benchmark.",
+    defaults={
+        "batch_sizes": None,
+        "dtypes": None,
+        "modes": None,
+        "compile_options": None,
+        "latency_tolerance": None,
+    },
+)
