@@ -1,17 +1,20 @@
 """Measured peaks as they travel to the end-of-run table and to JUnit XML.
 
 A test's peaks are stored in its report's ``user_properties`` as flat, readable
-properties (``torch_memory.<device>.peak_mib``, ``...at_start_mib``, and
-``torch_memory.budget_mib``), which pytest writes into JUnit XML and pytest-xdist
-carries from workers to the controller; the table is rebuilt from them.
+properties (``torch_memory.<device>.peak_mib``, ``...at_start_mib`` and, where a budget
+applies, ``...budget_mib``; see :mod:`pytest_torch.core.properties`), which pytest writes
+into JUnit XML and pytest-xdist carries from workers to the controller; the table is
+rebuilt from them.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from pytest_torch.core.memory import format_bytes
+from pytest_torch.core.properties import decode, encode, number
 from pytest_torch.core.tables import format_table
 
 if TYPE_CHECKING:
@@ -36,36 +39,26 @@ class PeakRecord(NamedTuple):
     ) -> list[tuple[str, object]]:
         properties: list[tuple[str, object]] = []
         for device, peak in sorted(results.items()):
-            properties.append((f"{PREFIX}{device}.peak_mib", round(peak.peak / MIB, 6)))
-            properties.append((f"{PREFIX}{device}.at_start_mib", round(peak.at_start / MIB, 6)))
+            figures = {"peak_mib": peak.peak / MIB, "at_start_mib": peak.at_start / MIB}
+            properties += encode(PREFIX, device, figures)
             if budget is not None and budget.applies_to(device):
-                properties.append((f"{PREFIX}{device}.budget_mib", budget.mb))
+                # the budget as it was set, not rounded
+                properties += encode(PREFIX, device, {"budget_mib": budget.mb}, digits=None)
         return properties
 
     @classmethod
     def from_properties(
         cls, test: str, properties: Iterable[tuple[str, object]]
     ) -> list[PeakRecord]:
-        values: dict[str, dict[str, float]] = {}
-        for name, value in properties:
-            if not name.startswith(PREFIX):
-                continue
-            device, _, field = name[len(PREFIX) :].rpartition(".")
-            try:
-                values.setdefault(device, {})[field] = float(str(value))
-            except ValueError:
-                continue
-        return [
-            cls(
-                test,
-                device,
-                round(fields["peak_mib"] * MIB),
-                round(fields.get("at_start_mib", 0.0) * MIB),
-                fields.get("budget_mib"),
-            )
-            for device, fields in sorted(values.items())
-            if "peak_mib" in fields
-        ]
+        records = []
+        for device, values in sorted(decode(properties, PREFIX).items()):
+            figures = {field: number(value) for field, value in values.items()}
+            peak, at_start = figures.get("peak_mib"), figures.get("at_start_mib") or 0.0
+            if peak is None or not math.isfinite(peak) or not math.isfinite(at_start):
+                continue  # no peak, or none that can be shown
+            budget = figures.get("budget_mib")
+            records.append(cls(test, device, round(peak * MIB), round(at_start * MIB), budget))
+        return records
 
 
 def render_table(records: list[PeakRecord], top: int) -> list[str]:

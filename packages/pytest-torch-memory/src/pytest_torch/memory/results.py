@@ -32,13 +32,14 @@ class MemoryResults:
     ) -> None:
         """Take the figures of one test's call report. The leak of a test that failed
         unexpectedly is not kept: pytest shows that failure's report already."""
+        from pytest_torch.core.properties import values_of
         from pytest_torch.memory.report import PeakRecord
 
         properties = list(properties)
         self.records += PeakRecord.from_properties(nodeid, properties)
         if expected_failure:
             self.known_leaks += [
-                (nodeid, str(value)) for name, value in properties if name == LEAK_PROPERTY
+                (nodeid, str(leak)) for leak in values_of(properties, LEAK_PROPERTY)
             ]
 
     def known_leak_lines(self) -> list[str]:

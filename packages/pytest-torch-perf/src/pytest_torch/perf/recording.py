@@ -25,12 +25,13 @@ def collect(settings: PerfSettings, when: str, skipped: bool, properties: Sequen
     if not properties:
         return
     if when == "call" or (when == "setup" and skipped):
+        from pytest_torch.core.properties import values_of
         from pytest_torch.perf.records import PerfRecord
         from pytest_torch.perf.suites import PROPERTY, CaseResult
 
         settings.records.extend(PerfRecord.from_properties(properties))
         settings.benchmark_results.extend(
-            CaseResult.from_json(str(value)) for name, value in properties if name == PROPERTY
+            CaseResult.from_json(str(value)) for value in values_of(properties, PROPERTY)
         )
 
 

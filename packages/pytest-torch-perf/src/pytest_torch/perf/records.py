@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
+from pytest_torch.core.properties import decode, encode, number
+
 PREFIX = "torch_perf."
 _NUMBERS = ("measured_ms", "reference_ms", "change_pct", "spread_pct", "peak_memory_mb")
 
@@ -29,36 +31,24 @@ class PerfRecord:
     peak_memory_mb: float | None = None
 
     def to_properties(self) -> list[tuple[str, object]]:
-        out: list[tuple[str, object]] = []
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if item.name != "label" and value is not None:
-                if isinstance(value, float):
-                    value = round(value, 6)
-                out.append((f"{PREFIX}{self.label}.{item.name}", value))
-        return out
+        figures = {name: getattr(self, name) for name in _FIELDS}
+        return encode(PREFIX, self.label, figures)
 
     @classmethod
     def from_properties(cls, properties: Iterable[tuple[str, object]]) -> list[PerfRecord]:
-        grouped: dict[str, dict[str, object]] = {}
-        for name, value in properties:
-            if not name.startswith(PREFIX):
-                continue
-            label, _, field_name = name[len(PREFIX) :].rpartition(".")
-            grouped.setdefault(label, {})[field_name] = value
         records = []
-        names = [f.name for f in fields(cls) if f.name != "label"]
-        for label, values in grouped.items():
-            if not {"check", "stat", "verdict"} <= set(values):
+        for label, values in decode(properties, PREFIX).items():
+            if not {"check", "stat", "verdict"} <= values.keys():
                 continue  # not one of ours
-            data = {name: values.get(name) for name in names}
-            try:
-                for name in _NUMBERS:
-                    data[name] = None if data[name] is None else float(data[name])  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                continue
-            records.append(cls(label=label, **data))  # type: ignore[arg-type]
+            data = {name: values.get(name) for name in _FIELDS}
+            figures = {name: number(data[name]) for name in _NUMBERS if data[name] is not None}
+            if None in figures.values():
+                continue  # a figure that is no number: not one of ours
+            records.append(cls(label=label, **{**data, **figures}))  # type: ignore[arg-type]
         return records
+
+
+_FIELDS = tuple(item.name for item in fields(PerfRecord) if item.name != "label")
 
 
 def _share(fraction: float) -> str:
