@@ -26,14 +26,15 @@ def pytest_torch_resolve_device(
 ) -> torch.device | str | None:
     """Say which concrete device ``device_type`` (e.g. ``"cuda"``) means in this process.
 
-    Called once per device type when the ``torch_device`` fixture is first set up for
-    it. Return a ``torch.device`` or a string such as ``"cuda:1"``, or None to let a
-    later implementation (finally core's default: the backend's current device)
-    answer. The first non-None result wins. The xdist plugin answers this to give each
-    worker its own GPU while test ids stay ``test_x[cuda]``. pytest-torch-memory asks
-    it too, for each device type it measures: the CPU and the accelerator types
-    selected for the test (``core.selection.device_types_for``, narrowed to the test's
-    own ``torch_device``), never every available device.
+    Called once per device type and session, through
+    ``core.chosen_device.resolve_device``, by whichever asks first: the ``torch_device``
+    fixture, perf's checks and benchmark cases, memory's measurement. Return a
+    ``torch.device`` or a string such as ``"cuda:1"``, or None to let a later
+    implementation (finally core's default: the backend's current device) answer. The
+    first non-None result wins. The xdist plugin answers this to give each worker its
+    own GPU while test ids stay ``test_x[cuda]``. pytest-torch-memory measures the CPU
+    and the accelerator types selected for the test (``core.selection.device_types_for``,
+    narrowed to the test's own ``torch_device``), never every available device.
     """
 
 

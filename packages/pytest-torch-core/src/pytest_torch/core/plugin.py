@@ -192,10 +192,9 @@ def torch_device(request: pytest.FixtureRequest) -> torch.device:
     device_type = getattr(request, "param", None)
     if device_type is None:
         device_type = get_settings(request.config).selected()[0]
-    resolved = request.config.hook.pytest_torch_resolve_device(
-        config=request.config, device_type=device_type
-    )
-    return devices.as_device(resolved)
+    from pytest_torch.core.chosen_device import resolve_device
+
+    return resolve_device(request.config, device_type)
 
 
 @pytest.fixture

@@ -21,6 +21,8 @@ import types
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
+from pytest_torch.core.pytrees import children
+
 Leaves = list[tuple[str, Any]]
 
 #: how deep :func:`freeze` follows containers and attributes before giving up
@@ -169,18 +171,10 @@ def _walk(
         return
     parents = {**parents, id(value): path}
     depth += 1
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for item in dataclasses.fields(value):
-            yield from _walk(getattr(value, item.name), f"{path}.{item.name}", copy, parents, depth)
-    elif isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
-        for name in value._fields:
-            yield from _walk(getattr(value, name), f"{path}.{name}", copy, parents, depth)
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from _walk(item, f"{path}[{index}]", copy, parents, depth)
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _walk(item, f"{path}[{key!r}]", copy, parents, depth)
+    found = children(value)  # dataclasses, named tuples, lists, tuples, mappings
+    if found is not None:
+        for suffix, item in found:
+            yield from _walk(item, path + suffix, copy, parents, depth)
     elif _is_distribution(value):
         for name, item in _distribution_parts(value):
             yield from _walk(item, f"{path}.{name}", copy, parents, depth)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_torch.core import devices
+from pytest_torch.core.chosen_device import resolve_device
 from pytest_torch.core.selection import device_types_for
 
 if TYPE_CHECKING:
@@ -49,8 +49,5 @@ def devices_to_measure(item: pytest.Item, budget: MemoryBudget | None) -> list[t
     for device_type in device_types_to_measure(item.config, item):
         if budget is not None and not budget.applies_to(device_type):
             continue
-        resolved = item.config.hook.pytest_torch_resolve_device(
-            config=item.config, device_type=device_type
-        )
-        chosen.append(devices.as_device(resolved))
+        chosen.append(resolve_device(item.config, device_type))
     return chosen

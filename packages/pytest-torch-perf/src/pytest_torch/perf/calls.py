@@ -16,14 +16,11 @@ if TYPE_CHECKING:
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
     import torch
 
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item)
+    from pytest_torch.core.pytrees import leaves
+
+    for _, leaf in leaves(value):
+        if isinstance(leaf, torch.Tensor):
+            yield leaf
 
 
 def infer_device(target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.device:
@@ -38,6 +35,48 @@ def infer_device(target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -
         for tensor in target.buffers():
             return tensor.device
     return torch.device("cpu")
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether two devices are one (``cuda`` and ``cuda:0`` may be: an index left out
+    matches any)."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
+def work_device(
+    chosen: torch.device | str | None,
+    target: Any,
+    inputs: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> torch.device:
+    """The device to synchronise, time and measure a call on.
+
+    - No device chosen for the test (``chosen`` None: it does not use ``torch_device``):
+      inferred as before, from the inputs, else the module's parameters, else cpu
+      (:func:`infer_device`).
+    - A device chosen (the test's ``torch_device``, a benchmark case's device): that
+      device, also when the inputs say nothing (a callable that closes over its
+      tensors) or are spread over several devices, unless every input tensor (else,
+      with no input tensors, every parameter and buffer of the module) is on one other
+      device. Then that device, where the work really runs: a CPU tensor timed in a
+      ``[cuda]`` test is timed on the CPU, not by synchronising an idle GPU.
+
+    On a CPU-only machine every branch gives cpu, so measurements there do not change.
+    """
+    if chosen is None:
+        return infer_device(target, inputs, kwargs)
+    import torch
+
+    device = devices.as_device(chosen)
+    seen = {tensor.device for tensor in _tensors((inputs, kwargs))}
+    if not seen and isinstance(target, torch.nn.Module):
+        seen = {tensor.device for tensor in target.parameters()}
+        seen.update(tensor.device for tensor in target.buffers())
+    if len(seen) == 1:
+        (only,) = seen
+        if not _same_device(only, device):
+            return only
+    return device
 
 
 def bind(target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], object]:
@@ -87,7 +126,9 @@ def measure_latency(
     threads: int | None = None,
     **kwargs: Any,
 ) -> LatencyResult:
-    """Measure ``target(*inputs, **kwargs)`` on its device; see :func:`timing.measure`.
+    """Measure ``target(*inputs, **kwargs)`` on ``device`` (None: inferred from the
+    inputs, :func:`infer_device`; the fixtures pass :func:`work_device`'s answer); see
+    :func:`timing.measure`.
 
     ``threads`` sets torch's intra-op thread count for the measurement (restored after;
     None keeps the count in force). Samples during which this process waited for a CPU,
@@ -113,17 +154,22 @@ def measure_latency(
 
 
 def peak_memory(
-    target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any], threads: int | None = None
+    target: Any,
+    inputs: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    threads: int | None = None,
+    device: torch.device | str | None = None,
 ) -> dict[str, int]:
     """Bytes one call adds at its peak on its device (CPU included), on top of what was
     allocated when it started, where the core layer can measure it; ``threads`` as in
-    :func:`measure_latency`.
+    :func:`measure_latency`, ``device`` the one to measure (None: inferred from the
+    inputs, :func:`infer_device`).
 
     Not the absolute peak: that includes whatever earlier tests left alive, so it would
     change with test order and with how xdist shares the tests out."""
     from pytest_torch.core.memory import PeakTracker
 
-    dev = infer_device(target, inputs, kwargs)
+    dev = devices.as_device(device) if device is not None else infer_device(target, inputs, kwargs)
     run = bind(target, inputs, kwargs)
     with torch_threads(threads), PeakTracker([dev]) as tracker, run_context(target):
         run()

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    import torch
+
     from pytest_torch.perf.checks import Budget, Outcome
     from pytest_torch.perf.records import PerfRecord
     from pytest_torch.perf.settings import PerfSettings
@@ -102,6 +104,19 @@ def apply_outcome(outcome: Outcome) -> None:
         raise outcome.error()
 
 
+def call_device(
+    item: pytest.Item, target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]
+) -> torch.device:
+    """The device a check times and measures ``target(*inputs, **kwargs)`` on: the
+    test's own device (core's ``chosen_device``: its ``torch_device``, resolved once per
+    session), or the inputs' where the test chose none or the inputs all sit on another
+    device (the rule: ``calls.work_device``)."""
+    from pytest_torch.core.chosen_device import chosen_device
+    from pytest_torch.perf.calls import work_device
+
+    return work_device(chosen_device(item), target, inputs, kwargs)
+
+
 def latency_measurer(item: pytest.Item, settings: PerfSettings) -> Callable[..., LatencyResult]:
     """What the ``latency`` fixture gives: measure, and check the test's budget if any."""
     test_budget = budget(item)
@@ -114,9 +129,19 @@ def latency_measurer(item: pytest.Item, settings: PerfSettings) -> Callable[...,
         item.stash[calls_key] = item.stash.get(calls_key, 0) + 1
         settings.calibrate()
 
+        # an explicit device= (measure_latency's keyword) still wins, as it always did
+        device = kwargs.pop("device", None)
+        if device is None:
+            device = call_device(item, target, inputs, kwargs)
+
         def once() -> LatencyResult:
             return measure_latency(
-                target, *inputs, settings=settings.sampling(), threads=settings.threads, **kwargs
+                target,
+                *inputs,
+                settings=settings.sampling(),
+                device=device,
+                threads=settings.threads,
+                **kwargs,
             )
 
         if test_budget is None:
@@ -157,12 +182,17 @@ def baseline_checker(item: pytest.Item, settings: PerfSettings) -> Callable[...,
             if problem is not None:
                 raise ValueError(f"perf_baseline: {problem} {TOLERANCE_HINT}")
         check_label = new_label(item, name, "baseline")
+        device = call_device(item, target, inputs, {})
 
         def measure() -> tuple[LatencyResult, dict[str, int]]:
             result = measure_latency(
-                target, *inputs, settings=settings.sampling(), threads=settings.threads
+                target,
+                *inputs,
+                settings=settings.sampling(),
+                device=device,
+                threads=settings.threads,
             )
-            return result, peak_memory(target, inputs, {}, settings.threads)
+            return result, peak_memory(target, inputs, {}, settings.threads, device)
 
         outcome = baseline_check(
             settings,

@@ -56,7 +56,7 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
     """Run one benchmark case: its figures go to ``user_properties`` whatever happens;
     a dtype or compile the device cannot run is a skip, a regression a failure."""
     __tracebackhide__ = True
-    from pytest_torch.core import devices
+    from pytest_torch.core.chosen_device import resolve_device
     from pytest_torch.perf import suites
     from pytest_torch.perf.calls import measure_latency, peak_memory, torch_threads
     from pytest_torch.perf.check_runner import baseline_check
@@ -65,11 +65,9 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
     case = cast("Case", item.funcargs[suites.CASE_FIXTURE])
     spec = case.spec
     assert spec is not None  # cases are made by parametrize_suite
-    device = devices.as_device(
-        item.config.hook.pytest_torch_resolve_device(
-            config=item.config, device_type=case.device_type
-        )
-    )
+    # the case's device type resolved as torch_device resolves it, once per session; the
+    # model and inputs are moved there, so that is the device timed and measured
+    device = resolve_device(item.config, case.device_type)
     result = suites.CaseResult(
         suite=item.nodeid.split("[")[0],
         test_id=item.nodeid,
@@ -104,7 +102,7 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
             threads=settings.threads,
             **kwargs,
         )
-        taken.append((latency, peak_memory(model, args, kwargs, settings.threads)))
+        taken.append((latency, peak_memory(model, args, kwargs, settings.threads, device)))
         return taken[-1]
 
     outcome = baseline_check(
