@@ -11,6 +11,12 @@ caught by the test that exercised it.
 The ``machine`` fixtures at the end let a test choose how an inner run's perf
 measurements see the machine (quiet or busy), so no verdict depends on what else this
 machine is doing while the suite runs.
+
+The shared test kit of the packages' suites is here too: numpy and torch imported once
+(in-process pytester runs drop the modules a run imported, and these cannot be imported
+twice in one process) and ``run``, which runs pytest in-process on the pytester folder
+with the package's own plugin enabled explicitly, so its tests behave the same with
+plugin autoload on or off.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import sys
 from collections.abc import Callable, Generator
 from typing import Any
 
+import numpy
 import pytest
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
@@ -66,7 +73,6 @@ def _cuda_started(before: dict[str, Any], after: dict[str, Any]) -> None:
 
 def snapshot(*, python_rng: bool) -> dict[str, Any]:
     """What a test must not change, by the expression that reads it."""
-    import numpy
 
     state: dict[str, Any] = {
         "torch.get_rng_state()": torch.get_rng_state().tolist(),
@@ -257,3 +263,19 @@ def quiet_machine(machine: Callable[[str], None]) -> None:
 def busy_machine(machine: Callable[[str], None]) -> None:
     """Inner runs measure as on a machine whose other processes take half the CPU."""
     machine("busy")
+
+
+@pytest.fixture
+def run(request: pytest.FixtureRequest, pytester: pytest.Pytester) -> Callable[..., Any]:
+    """``run(*args)``: pytest in-process on the pytester folder with this package's
+    plugin enabled explicitly (``-p torch_perf`` for packages/pytest-torch-perf/tests,
+    which brings core)."""
+    package = next((part for part in request.path.parts if part.startswith("pytest-torch-")), None)
+    if package is None:
+        raise pytest.UsageError(f"{request.path}: `run` serves the packages' own tests")
+    plugin = "torch_" + package.removeprefix("pytest-torch-")
+
+    def _run(*args: str) -> pytest.RunResult:
+        return pytester.runpytest("-p", plugin, *args)
+
+    return _run

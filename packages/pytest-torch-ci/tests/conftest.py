@@ -4,12 +4,10 @@ import contextlib
 
 import matplotlib.backends.backend_agg
 import matplotlib.figure  # noqa: F401
-import numpy  # noqa: F401
-import pytest
 import torch
 
 
-# torch, numpy and matplotlib are imported here, once: in-process pytester runs drop the
+# torch and matplotlib are imported here, once: in-process pytester runs drop the
 # modules a run imported, and torch cannot be imported twice in one process. What the
 # plugin touches lazily (torch.save/load, a failing torch.testing comparison, a drawing)
 # is exercised once here for the same reason.
@@ -31,13 +29,3 @@ def _load_lazy_modules() -> None:
 
 
 _load_lazy_modules()
-
-
-@pytest.fixture
-def run(pytester: pytest.Pytester):
-    """Run pytest in-process with the CI plugin enabled explicitly (it brings core)."""
-
-    def _run(*args: str) -> pytest.RunResult:
-        return pytester.runpytest("-p", "torch_ci", *args)
-
-    return _run

@@ -2,12 +2,8 @@ from __future__ import annotations
 
 import time
 
-import numpy  # noqa: F401
 import pytest
 import torch
-
-# torch and numpy are imported here, once: in-process pytester runs drop the modules a
-# run imported, and these two cannot be imported twice in one process.
 
 # CPU kernels of torch are deterministic, so the kernel-level cases are two custom ops
 # that behave like CUDA's atomics-based ones. Registered once per process, here, with
@@ -45,14 +41,3 @@ def cuda() -> torch.device:
     never include setting CUDA up)."""
     torch.cuda.init()
     return torch.device("cuda")
-
-
-@pytest.fixture
-def run(pytester: pytest.Pytester):
-    """Run pytest in-process on the pytester directory with the determinism plugin
-    enabled explicitly (it brings core), so tests behave the same with autoload on or off."""
-
-    def _run(*args: str) -> pytest.RunResult:
-        return pytester.runpytest("-p", "torch_determinism", *args)
-
-    return _run
