@@ -28,6 +28,7 @@ import pytest
 
 from pytest_torch.core.ondemand import register_once
 from pytest_torch.core.options import add_option_with_ini, option_or_ini, option_source
+from pytest_torch.core.session import xdist_worker
 
 if TYPE_CHECKING:
     from pytest_torch.core.compare import TensorMismatchError
@@ -123,7 +124,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[settings_key] = CiSettings(directory, root)
     if html is not None:
         register_once(config, html_report.PLUGIN_NAME, lambda: html_report.HtmlReport(config))
-    if _annotations_enabled(config) and not hasattr(config, "workerinput"):
+    if _annotations_enabled(config) and xdist_worker(config) is None:
         from pytest_torch.ci import github
 
         register_once(config, github.PLUGIN_NAME, lambda: github.GitHubReporter(config))

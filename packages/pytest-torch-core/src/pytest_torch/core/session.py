@@ -44,3 +44,10 @@ def announce_mismatch(error: TensorMismatchError) -> None:
     if config is None:
         return
     config.hook.pytest_torch_tensor_mismatch(config=config, item=current_item(), error=error)
+
+
+def xdist_worker(config: pytest.Config) -> str | None:
+    """This process's pytest-xdist worker id (``"gw0"``), or None in the controller or
+    without xdist: the one test the family's plugins use for "am I a worker"."""
+    workerinput = getattr(config, "workerinput", None)
+    return None if workerinput is None else str(workerinput.get("workerid", "gw?"))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_torch.core.options import float_option, option_or_ini, option_source
+from pytest_torch.core.session import xdist_worker
 
 if TYPE_CHECKING:
     from pytest_torch.perf.baselines import Baseline, BaselineFile
@@ -122,7 +123,7 @@ def read_settings(config: pytest.Config) -> PerfSettings:
         ),
         threads=thread_count(config),
     )
-    if not hasattr(config, "workerinput"):
+    if xdist_worker(config) is None:
         settings.threads_warning = threads_warning(config, settings.threads)
         if settings.threads_warning is not None:  # in the header, and the summary for -q
             config.issue_config_time_warning(
