@@ -56,3 +56,18 @@ def test_importing_the_root_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_each_installed_package_serves_its_part_of_the_one_catalogue():
+    from pytest_torch.core.lazy import FAMILY_EXPORTS, exports_of
+
+    parts = {}
+    for package in ("core", "perf", "memory", "determinism", "xdist", "ci"):
+        parts[package] = exports_of(package)
+        if not is_installed(f"pytest_torch.{package}"):
+            continue
+        module = importlib.import_module(f"pytest_torch.{package}")
+        if hasattr(module, "_EXPORTS"):
+            assert parts[package] == module._EXPORTS, package
+            assert sorted(module.__all__) == sorted(parts[package]), package
+    assert sum(len(part) for part in parts.values()) == len(FAMILY_EXPORTS)

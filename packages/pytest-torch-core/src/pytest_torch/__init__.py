@@ -12,12 +12,13 @@ __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 # One catalogue for the whole family, kept here rather than assembled from the
 # installed packages: only a catalogue that lists the packages which are *not*
 # installed can say which one to install. The family shares one version, so this list
-# and the packages cannot drift apart. To add a name: `_EXPORTS`, `__all__` and the
-# TYPE_CHECKING imports below.
+# and the packages cannot drift apart. The catalogue is `FAMILY_EXPORTS` in
+# core/lazy.py (each package's own `__init__` serves its part of it); to add a name:
+# there, in `__all__` and in the TYPE_CHECKING imports below (and in the package's).
 
 from typing import TYPE_CHECKING
 
-from pytest_torch.core.lazy import lazy_exports
+from pytest_torch.core.lazy import FAMILY_EXPORTS, lazy_exports
 
 if TYPE_CHECKING:
     from pytest_torch.core.compare import (
@@ -43,33 +44,7 @@ if TYPE_CHECKING:
     from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
     from pytest_torch.perf.timing import LatencyResult
 
-#: public name -> the module that defines it
-_EXPORTS: dict[str, str] = {
-    "assert_close": "pytest_torch.core.compare",
-    "Mismatch": "pytest_torch.core.compare",
-    "TensorMismatchError": "pytest_torch.core.compare",
-    "HardwareFingerprint": "pytest_torch.core.fingerprint",
-    "hardware_fingerprint": "pytest_torch.core.fingerprint",
-    "PeakMemory": "pytest_torch.core.memory",
-    "PeakTracker": "pytest_torch.core.memory",
-    "LatencyResult": "pytest_torch.perf.timing",
-    "PerfNotJudgedError": "pytest_torch.perf.checks",
-    "PerfRegressionError": "pytest_torch.perf.checks",
-    "assert_no_host_sync": "pytest_torch.perf.syncs",
-    "benchmark_suite": "pytest_torch.perf.suites",
-    "find_host_syncs": "pytest_torch.perf.syncs",
-    "measure_latency": "pytest_torch.perf.calls",
-    "MemoryBudgetError": "pytest_torch.memory.budgets",
-    "MemoryLeakError": "pytest_torch.memory.leaks",
-    "assert_max_memory": "pytest_torch.memory.api",
-    "assert_no_memory_leak": "pytest_torch.memory.api",
-    "CannotCompare": "pytest_torch.determinism.outputs",
-    "Diagnosis": "pytest_torch.determinism.diagnosis",
-    "InputsChangedWarning": "pytest_torch.determinism.assertion",
-    "NondeterminismError": "pytest_torch.determinism.assertion",
-    "assert_deterministic": "pytest_torch.determinism.assertion",
-    "diagnose_nondeterminism": "pytest_torch.determinism.diagnosis",
-}
+_EXPORTS = FAMILY_EXPORTS
 
 __all__ = [
     "CannotCompare",

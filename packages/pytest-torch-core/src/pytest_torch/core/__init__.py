@@ -10,23 +10,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_torch.core.lazy import lazy_exports
+from pytest_torch.core.lazy import exports_of, lazy_exports
 
 if TYPE_CHECKING:
     from pytest_torch.core.compare import Mismatch, TensorMismatchError, assert_close
     from pytest_torch.core.fingerprint import HardwareFingerprint, hardware_fingerprint
+    from pytest_torch.core.memory import PeakMemory, PeakTracker
 
-_EXPORTS = {
-    "HardwareFingerprint": "pytest_torch.core.fingerprint",
-    "Mismatch": "pytest_torch.core.compare",
-    "TensorMismatchError": "pytest_torch.core.compare",
-    "assert_close": "pytest_torch.core.compare",
-    "hardware_fingerprint": "pytest_torch.core.fingerprint",
-}
+_EXPORTS = exports_of("core")
 
 __all__ = [
     "HardwareFingerprint",
     "Mismatch",
+    "PeakMemory",
+    "PeakTracker",
     "TensorMismatchError",
     "assert_close",
     "hardware_fingerprint",

@@ -14,6 +14,41 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+#: every public name of the family -> the module that defines it: the one catalogue, for
+#: the namespace root (``from pytest_torch import X``) and each package's ``__init__``
+FAMILY_EXPORTS: dict[str, str] = {
+    "assert_close": "pytest_torch.core.compare",
+    "Mismatch": "pytest_torch.core.compare",
+    "TensorMismatchError": "pytest_torch.core.compare",
+    "HardwareFingerprint": "pytest_torch.core.fingerprint",
+    "hardware_fingerprint": "pytest_torch.core.fingerprint",
+    "PeakMemory": "pytest_torch.core.memory",
+    "PeakTracker": "pytest_torch.core.memory",
+    "LatencyResult": "pytest_torch.perf.timing",
+    "PerfNotJudgedError": "pytest_torch.perf.checks",
+    "PerfRegressionError": "pytest_torch.perf.checks",
+    "assert_no_host_sync": "pytest_torch.perf.syncs",
+    "benchmark_suite": "pytest_torch.perf.suites",
+    "find_host_syncs": "pytest_torch.perf.syncs",
+    "measure_latency": "pytest_torch.perf.calls",
+    "MemoryBudgetError": "pytest_torch.memory.budgets",
+    "MemoryLeakError": "pytest_torch.memory.leaks",
+    "assert_max_memory": "pytest_torch.memory.api",
+    "assert_no_memory_leak": "pytest_torch.memory.api",
+    "CannotCompare": "pytest_torch.determinism.outputs",
+    "Diagnosis": "pytest_torch.determinism.diagnosis",
+    "InputsChangedWarning": "pytest_torch.determinism.assertion",
+    "NondeterminismError": "pytest_torch.determinism.assertion",
+    "assert_deterministic": "pytest_torch.determinism.assertion",
+    "diagnose_nondeterminism": "pytest_torch.determinism.diagnosis",
+}
+
+
+def exports_of(package: str) -> dict[str, str]:
+    """The part of :data:`FAMILY_EXPORTS` that ``pytest_torch.<package>`` defines."""
+    prefix = f"pytest_torch.{package}."
+    return {name: module for name, module in FAMILY_EXPORTS.items() if module.startswith(prefix)}
+
 
 def distribution_of(module_name: str) -> str:
     """``pytest_torch.perf.syncs`` -> ``pytest-torch-perf``."""

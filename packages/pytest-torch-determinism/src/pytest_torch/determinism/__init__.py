@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_torch.core.lazy import lazy_exports
+from pytest_torch.core.lazy import exports_of, lazy_exports
 
 if TYPE_CHECKING:
     from pytest_torch.determinism.assertion import (
@@ -21,14 +21,7 @@ if TYPE_CHECKING:
     from pytest_torch.determinism.diagnosis import Diagnosis, diagnose_nondeterminism
     from pytest_torch.determinism.outputs import CannotCompare
 
-_EXPORTS = {
-    "CannotCompare": "pytest_torch.determinism.outputs",
-    "Diagnosis": "pytest_torch.determinism.diagnosis",
-    "InputsChangedWarning": "pytest_torch.determinism.assertion",
-    "NondeterminismError": "pytest_torch.determinism.assertion",
-    "assert_deterministic": "pytest_torch.determinism.assertion",
-    "diagnose_nondeterminism": "pytest_torch.determinism.diagnosis",
-}
+_EXPORTS = exports_of("determinism")
 
 __all__ = [
     "CannotCompare",

@@ -9,19 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_torch.core.lazy import lazy_exports
+from pytest_torch.core.lazy import exports_of, lazy_exports
 
 if TYPE_CHECKING:
     from pytest_torch.memory.api import assert_max_memory, assert_no_memory_leak
     from pytest_torch.memory.budgets import MemoryBudgetError
     from pytest_torch.memory.leaks import MemoryLeakError
 
-_EXPORTS = {
-    "MemoryBudgetError": "pytest_torch.memory.budgets",
-    "MemoryLeakError": "pytest_torch.memory.leaks",
-    "assert_max_memory": "pytest_torch.memory.api",
-    "assert_no_memory_leak": "pytest_torch.memory.api",
-}
+_EXPORTS = exports_of("memory")
 
 __all__ = [
     "MemoryBudgetError",

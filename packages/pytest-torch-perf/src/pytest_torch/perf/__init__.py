@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_torch.core.lazy import lazy_exports
+from pytest_torch.core.lazy import exports_of, lazy_exports
 
 if TYPE_CHECKING:
     from pytest_torch.perf.calls import measure_latency
@@ -19,15 +19,7 @@ if TYPE_CHECKING:
     from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
     from pytest_torch.perf.timing import LatencyResult
 
-_EXPORTS = {
-    "LatencyResult": "pytest_torch.perf.timing",
-    "PerfNotJudgedError": "pytest_torch.perf.checks",
-    "PerfRegressionError": "pytest_torch.perf.checks",
-    "assert_no_host_sync": "pytest_torch.perf.syncs",
-    "benchmark_suite": "pytest_torch.perf.suites",
-    "find_host_syncs": "pytest_torch.perf.syncs",
-    "measure_latency": "pytest_torch.perf.calls",
-}
+_EXPORTS = exports_of("perf")
 
 __all__ = [
     "LatencyResult",
