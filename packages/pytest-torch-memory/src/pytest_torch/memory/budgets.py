@@ -14,8 +14,9 @@ from typing import Any, NamedTuple
 from pytest_torch.core.devices import DeviceSpecError, parse_device_types
 from pytest_torch.core.memory import PeakMemory, format_bytes
 from pytest_torch.memory.leak_settings import ArgumentTypeError
+from pytest_torch.memory.marker_specs import BUDGET
 
-MARKER = "torch_max_memory"
+MARKER = BUDGET.name
 MIB = 2**20
 
 
@@ -42,8 +43,6 @@ def parse_budget(
     """The budget of a ``torch_max_memory`` marker (or, with ``marker=False``, of
     ``assert_max_memory``); ValueError naming ``where`` (ArgumentTypeError, also a
     TypeError, for an argument of the wrong type)."""
-    from pytest_torch.memory.marker_specs import BUDGET
-
     shown = BUDGET.example if marker else f"{where}(step, mb=512, device='cuda')"
     prefix = f"{where}: @pytest.mark.{MARKER}" if marker else where
     example = f"Example: {shown}"

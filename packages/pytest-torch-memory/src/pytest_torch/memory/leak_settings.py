@@ -12,7 +12,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
-MARKER = "torch_memory_leak"
+from pytest_torch.memory.marker_specs import LEAK
+
+MARKER = LEAK.name
 DEFAULT_ITERATIONS = 5
 
 
@@ -95,8 +97,6 @@ def leak_check_from(
 ) -> LeakCheck:
     """The settings given to a marker (``marker=True``) or to ``assert_no_memory_leak``;
     errors start with ``prefix``."""
-    from pytest_torch.memory.marker_specs import LEAK
-
     shown = (
         LEAK.example
         if marker

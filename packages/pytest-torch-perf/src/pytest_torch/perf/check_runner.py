@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_torch.perf.marker_specs import LATENCY
+
 if TYPE_CHECKING:
     import torch
 
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from pytest_torch.perf.settings import PerfSettings
     from pytest_torch.perf.timing import LatencyResult
 
-MARKER = "torch_max_latency"
+MARKER = LATENCY.name
 RERECORD = "pytest --torch-update-perf"
 
 #: how many times a test called latency(...) (a marked test must call it)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from pytest_torch.perf.baselines import Baseline
+from pytest_torch.perf.marker_specs import LATENCY
 from pytest_torch.perf.records import PerfRecord
 from pytest_torch.perf.rule import (
     MEMORY_SLACK_BYTES,
@@ -67,8 +68,6 @@ def finite_number(value: object) -> TypeGuard[float]:
 
 def parse_budget(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str) -> Budget:
     """Budget from ``torch_max_latency`` marker arguments; ValueError naming ``where``."""
-    from pytest_torch.perf.marker_specs import LATENCY
-
     example = f"Example: {LATENCY.example}"
     bound = LATENCY.bind(args, kwargs, f"{where}: @pytest.mark.{LATENCY.name}")
     ms, stat = bound["ms"], bound["stat"]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
+from pytest_torch.perf.marker_specs import BENCHMARK
 from pytest_torch.perf.rule import DEFAULT_LATENCY_TOLERANCE, tolerance_problem
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
     from pytest_torch.perf.timing import LatencyResult
 
-MARKER = "torch_benchmark"
+MARKER = BENCHMARK.name
 CASE_FIXTURE = "torch_benchmark_case"
 PROPERTY = "torch_benchmark"
 MODES = ("eager", "compile")
