@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_torch.core.chosen_device import resolve_device
+from pytest_torch.core.chosen_device import chosen_device, resolve_device
 from pytest_torch.core.selection import device_types_for
 
 if TYPE_CHECKING:
@@ -22,24 +22,13 @@ if TYPE_CHECKING:
 
     from pytest_torch.memory.budgets import MemoryBudget
 
-#: the fixture core parametrizes by device type
-DEVICE_FIXTURE = "torch_device"
-
-
-def own_device_type(item: pytest.Item) -> str | None:
-    """The device type the test is parametrized for by ``torch_device``, or None."""
-    callspec = getattr(item, "callspec", None)
-    if callspec is None or DEVICE_FIXTURE not in callspec.params:
-        return None
-    return str(callspec.params[DEVICE_FIXTURE]).split(":")[0]
-
 
 def device_types_to_measure(config: pytest.Config, item: pytest.Item) -> list[str]:
     """``cpu`` first, then the other device types selected for this test."""
     selected = device_types_for(config, item)
-    own = own_device_type(item)
+    own = chosen_device(item)  # the test's torch_device, if it uses one
     if own is not None:
-        selected = [t for t in selected if t == own]
+        selected = [t for t in selected if t == own.type]
     return ["cpu", *(t for t in selected if t != "cpu")]
 
 
