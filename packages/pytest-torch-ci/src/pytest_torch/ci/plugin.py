@@ -99,15 +99,17 @@ def _annotations_enabled(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from pytest_torch.ci import html_report
-
     value = option_or_ini(config, "torch_failure_artifacts")
     root = config.invocation_params.dir
     directory = None
     if value:
         directory = Path(str(value))
         directory = directory if directory.is_absolute() else root / directory
-    html = html_report.report_path(config)
+    html = None
+    if config.pluginmanager.hasplugin("html"):  # pytest-html: its report gets the pictures
+        from pytest_torch.ci import html_report
+
+        html = html_report.report_path(config)
     if directory is None and html is not None:  # the pictures go beside the report
         directory = html.parent / f"{html.stem}-torch-failure-artifacts"
     if directory is not None:
@@ -123,6 +125,8 @@ def pytest_configure(config: pytest.Config) -> None:
             )
     config.stash[settings_key] = CiSettings(directory, root)
     if html is not None:
+        from pytest_torch.ci import html_report
+
         register_once(config, html_report.PLUGIN_NAME, lambda: html_report.HtmlReport(config))
     if _annotations_enabled(config) and xdist_worker(config) is None:
         from pytest_torch.ci import github

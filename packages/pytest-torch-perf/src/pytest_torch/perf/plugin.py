@@ -13,8 +13,7 @@ import pytest
 
 from pytest_torch.core.ondemand import register_once
 from pytest_torch.core.options import add_flag_with_ini, add_option_with_ini
-from pytest_torch.perf import check_runner, recording
-from pytest_torch.perf.check_runner import MARKER
+from pytest_torch.perf import recording
 from pytest_torch.perf.marker_specs import BENCHMARK, LATENCY
 from pytest_torch.perf.settings import PerfSettings, read_settings, settings_key
 
@@ -150,9 +149,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         from pytest_torch.perf.suite_runner import parametrize_suite
 
         parametrize_suite(metafunc)
-    if MARKER not in names:
+    if LATENCY.name not in names:
         return
     register_once(metafunc.config, RUNNER, _Runner)
+    from pytest_torch.perf import check_runner
+
     check_runner.check_marked(metafunc)
 
 
@@ -163,6 +164,8 @@ class _Runner:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         yield
+        from pytest_torch.perf import check_runner
+
         failure = check_runner.budget_unused(item)
         if failure is not None:
             pytest.fail(failure, pytrace=False)
@@ -215,6 +218,8 @@ def latency(request: pytest.FixtureRequest) -> Callable[..., LatencyResult]:
     ``@pytest.mark.torch_max_latency(ms=...)`` the call fails when the budget's
     statistic is over ``ms``.
     """
+    from pytest_torch.perf import check_runner
+
     return check_runner.latency_measurer(request.node, request.config.stash[settings_key])
 
 
@@ -227,6 +232,8 @@ def perf_baseline(request: pytest.FixtureRequest) -> Callable[..., Outcome]:
     tolerance) + slack``, confirmed by a second measurement before the test fails (the
     rule and the default tolerances: ``pytest_torch.perf.rule``).
     """
+    from pytest_torch.perf import check_runner
+
     return check_runner.baseline_checker(request.node, request.config.stash[settings_key])
 
 
