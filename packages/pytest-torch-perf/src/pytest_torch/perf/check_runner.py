@@ -174,8 +174,6 @@ def baseline_checker(item: pytest.Item, settings: PerfSettings) -> Callable[...,
         name: str | None = None,
     ) -> Outcome:
         __tracebackhide__ = True
-        from pytest_torch.perf.calls import measure_latency, peak_memory
-
         for what, value in (
             ("latency_tolerance", latency_tolerance),
             ("memory_tolerance", memory_tolerance),
@@ -187,14 +185,7 @@ def baseline_checker(item: pytest.Item, settings: PerfSettings) -> Callable[...,
         device = call_device(item, target, inputs, {})
 
         def measure() -> tuple[LatencyResult, dict[str, int]]:
-            result = measure_latency(
-                target,
-                *inputs,
-                settings=settings.sampling(),
-                device=device,
-                threads=settings.threads,
-            )
-            return result, peak_memory(target, inputs, {}, settings.threads, device)
+            return measure_call(settings, target, inputs, {}, device)
 
         outcome = baseline_check(
             settings,
@@ -209,6 +200,28 @@ def baseline_checker(item: pytest.Item, settings: PerfSettings) -> Callable[...,
         return outcome
 
     return check
+
+
+def measure_call(
+    settings: PerfSettings,
+    target: Any,
+    inputs: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    device: torch.device,
+) -> tuple[LatencyResult, dict[str, int]]:
+    """One measurement of ``target(*inputs, **kwargs)`` on ``device`` with the session's
+    settings: its latency, and what one call adds to memory at its peak."""
+    from pytest_torch.perf.calls import measure_latency, peak_memory
+
+    result = measure_latency(
+        target,
+        *inputs,
+        settings=settings.sampling(),
+        device=device,
+        threads=settings.threads,
+        **kwargs,
+    )
+    return result, peak_memory(target, inputs, kwargs, settings.threads, device)
 
 
 def baseline_check(

@@ -58,8 +58,8 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
     __tracebackhide__ = True
     from pytest_torch.core.chosen_device import resolve_device
     from pytest_torch.perf import suites
-    from pytest_torch.perf.calls import measure_latency, peak_memory, torch_threads
-    from pytest_torch.perf.check_runner import baseline_check
+    from pytest_torch.perf.calls import torch_threads
+    from pytest_torch.perf.check_runner import baseline_check, measure_call
     from pytest_torch.perf.rule import DEFAULT_MEMORY_TOLERANCE
 
     case = cast("Case", item.funcargs[suites.CASE_FIXTURE])
@@ -94,15 +94,7 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
     taken: list[tuple[LatencyResult, dict[str, int]]] = []
 
     def measure() -> tuple[LatencyResult, dict[str, int]]:
-        latency = measure_latency(
-            model,
-            *args,
-            settings=settings.sampling(),
-            device=device,
-            threads=settings.threads,
-            **kwargs,
-        )
-        taken.append((latency, peak_memory(model, args, kwargs, settings.threads, device)))
+        taken.append(measure_call(settings, model, args, kwargs, device))
         return taken[-1]
 
     outcome = baseline_check(
