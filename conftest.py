@@ -3,7 +3,8 @@
 An autouse guard snapshots the process-wide state the plugins touch (random-number
 generators, deterministic-algorithm flags, cuDNN and matmul settings, thread counts,
 sync-debug mode, grad and inference mode, default dtype and device, active torch modes,
-the profiler, garbage-collector freezes, environment variables) before each test and
+the profiler, garbage-collector freezes, torch.compile's configuration and callbacks,
+environment variables) before each test and
 fails the test, also a failing one, when anything differs afterwards. Most tests run
 the plugins in-process through pytester, so a plugin that forgets to undo a change is
 caught by the test that exercised it.
@@ -105,6 +106,7 @@ def snapshot(*, python_rng: bool) -> dict[str, Any]:
         "gc.get_freeze_count()": gc.get_freeze_count(),
         **_cuda_state(),
     }
+    state.update(_compiler_state())
     if python_rng:
         state["random.getstate()"] = random.getstate()
         state["numpy.random.get_state()"] = repr(numpy.random.get_state())
@@ -113,6 +115,24 @@ def snapshot(*, python_rng: bool) -> dict[str, Any]:
             state[f"os.environ[{name!r}]"] = value
     for name in ENVIRONMENT:
         state.setdefault(f"os.environ[{name!r}]", None)
+    return state
+
+
+def _compiler_state() -> dict[str, Any]:
+    """torch.compile's configuration and its registered compile callbacks, once loaded."""
+    state: dict[str, Any] = {}
+    for name in ("torch._dynamo.config", "torch._inductor.config"):
+        module = sys.modules.get(name)
+        if module is not None:
+            for key, value in module.get_config_copy().items():
+                state[f"{name}.{key}"] = repr(value)
+    callback = sys.modules.get("torch._dynamo.callback")
+    if callback is not None:
+        handler = callback.callback_handler
+        state["torch.compile callbacks"] = (
+            len(handler.start_callbacks),
+            len(handler.end_callbacks),
+        )
     return state
 
 

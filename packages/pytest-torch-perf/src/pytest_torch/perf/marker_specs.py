@@ -25,3 +25,12 @@ BENCHMARK = MarkerSpec(
         "latency_tolerance": None,
     },
 )
+COMPILE_BUDGET = MarkerSpec(
+    "torch_compile_budget",
+    "fail the test if torch.compile, during the test body, recompiles or breaks its graph"
+    " more often than allowed, or compiles for longer than seconds (counted from an"
+    " empty compile cache).",
+    positional=("recompiles", "graph_breaks", "seconds"),
+    defaults={"recompiles": 0, "graph_breaks": 0, "seconds": None},
+    example="@pytest.mark.torch_compile_budget(recompiles=0, graph_breaks=0, seconds=60)",
+)

@@ -14,7 +14,7 @@ import pytest
 from pytest_torch.core.ondemand import register_once
 from pytest_torch.core.options import add_flag_with_ini, add_option_with_ini
 from pytest_torch.perf import recording
-from pytest_torch.perf.marker_specs import BENCHMARK, LATENCY
+from pytest_torch.perf.marker_specs import BENCHMARK, COMPILE_BUDGET, LATENCY
 from pytest_torch.perf.settings import PerfSettings, read_settings, settings_key
 
 # engines are imported where used: loading the plugin stays cheap for suites that never time
@@ -122,6 +122,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     LATENCY.register(config)
     BENCHMARK.register(config)
+    COMPILE_BUDGET.register(config)
     settings = read_settings(config)
     config.stash[settings_key] = settings
     config.pluginmanager.register(_ResultCollector(settings), "torch_perf_results")
@@ -149,22 +150,37 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         from pytest_torch.perf.suite_runner import parametrize_suite
 
         parametrize_suite(metafunc)
-    if LATENCY.name not in names:
-        return
-    register_once(metafunc.config, RUNNER, _Runner)
-    from pytest_torch.perf import check_runner
+    if LATENCY.name in names:
+        register_once(metafunc.config, RUNNER, _Runner)
+        from pytest_torch.perf import check_runner
 
-    check_runner.check_marked(metafunc)
+        check_runner.check_marked(metafunc)
+    if COMPILE_BUDGET.name in names:
+        register_once(metafunc.config, RUNNER, _Runner)
+        from pytest_torch.perf import compile_runner
+
+        compile_runner.check_marked(metafunc)
 
 
 class _Runner:
     """The per-test hooks, registered only once a test needs them (a latency budget, a
-    benchmark case), so suites that never measure pay nothing per test."""
+    benchmark case, a compile budget), so suites that never measure pay nothing per test."""
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        yield
-        from pytest_torch.perf import check_runner
+        from pytest_torch.perf import check_runner, compile_runner
+
+        watch = compile_runner.start(item)
+        try:
+            yield
+        except BaseException:
+            if watch is not None:
+                compile_runner.finish(item, watch, body_failed=True)
+            raise
+        if watch is not None:
+            failure = compile_runner.finish(item, watch, body_failed=False)
+            if failure is not None:
+                pytest.fail(failure, pytrace=False)
 
         failure = check_runner.budget_unused(item)
         if failure is not None:

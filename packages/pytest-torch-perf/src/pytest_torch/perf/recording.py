@@ -16,6 +16,8 @@ from pytest_torch.perf.settings import PerfSettings
 if TYPE_CHECKING:
     from pytest_torch.core.tables import ReportTable
 
+#: compile_checks.PREFIX, without importing the engine for every report
+COMPILE_PREFIX = "torch_compile."
 #: where an xdist worker hands its recordings to the controller, which writes them once
 WORKER_RECORDINGS = "torch_perf_recordings"
 
@@ -30,6 +32,10 @@ def collect(settings: PerfSettings, when: str, skipped: bool, properties: Sequen
         from pytest_torch.perf.suites import PROPERTY, CaseResult
 
         settings.records.extend(PerfRecord.from_properties(properties))
+        if any(str(name).startswith(COMPILE_PREFIX) for name, _ in properties):
+            from pytest_torch.perf.compile_checks import CompileRecord
+
+            settings.compile_records.extend(CompileRecord.from_properties(properties))
         settings.benchmark_results.extend(
             CaseResult.from_json(str(value)) for value in values_of(properties, PROPERTY)
         )
@@ -92,6 +98,10 @@ def summary(settings: PerfSettings) -> list[tuple[str | None, list[str]]]:
         from pytest_torch.perf.records import render_table
 
         sections.append(("torch perf", list(render_table(settings.records))))
+    if settings.compile_records:
+        from pytest_torch.perf.compile_checks import render_table as compile_table
+
+        sections.append(("torch compile", compile_table(settings.compile_records)))
     if settings.benchmark_results:
         from pytest_torch.perf.suite_report import render
 
@@ -115,6 +125,11 @@ def report_tables(settings: PerfSettings) -> list[ReportTable]:
         from pytest_torch.perf.records import render_table
 
         tables.append(ReportTable("Performance", lambda: render_table(settings.records)))
+    if settings.compile_records:
+        from pytest_torch.perf.compile_checks import render_table as compile_table
+
+        records = settings.compile_records
+        tables.append(ReportTable("torch compile", lambda: compile_table(records)))
     if settings.benchmark_results:
         from pytest_torch.perf.suite_report import render
 

@@ -18,6 +18,7 @@ from pytest_torch.core.session import xdist_worker
 
 if TYPE_CHECKING:
     from pytest_torch.perf.baselines import Baseline, BaselineFile
+    from pytest_torch.perf.compile_checks import CompileRecord
     from pytest_torch.perf.records import PerfRecord
     from pytest_torch.perf.suites import CaseResult
     from pytest_torch.perf.timing import SamplingSettings
@@ -46,6 +47,7 @@ class PerfSettings:
         self.threads_warning: str | None = None
         self.pending: dict[str, dict[str, Baseline]] = {}
         self.records: list[PerfRecord] = []
+        self.compile_records: list[CompileRecord] = []
         self.benchmark = False
         self.benchmark_json: Path | None = None
         self.benchmark_plot: Path | None = None

@@ -1,0 +1,320 @@
+"""Reading dynamo's records for a person: where a graph broke in the user's code, what
+torch said, and the fix for the causes that have a known one; why a recompile happened,
+and what stops it.
+
+torch's own words are kept (its graph-break type, first explanation line and the link
+to its graph-break page); the fixes are ours, chosen by the graph-break type, which
+torch keeps stable in its registry (``torch/_dynamo/graph_break_registry.json``).
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from pytest_torch.perf.sync_sites import is_internal, is_library, library_path, shown_path
+
+
+@dataclass(frozen=True)
+class Place:
+    """A line of the user's code, and the installed library's line below it (if any)."""
+
+    filename: str
+    lineno: int
+    source: str
+    via: str = ""
+
+    def describe(self) -> str:
+        where = f"{shown_path(self.filename)}:{self.lineno}"
+        text = f"{where}  {self.source}" if self.source else where
+        return f"{text}  (in {self.via})" if self.via else text
+
+
+@dataclass
+class GraphBreak:
+    """One place where a compiled graph ended, and why."""
+
+    place: Place | None
+    #: torch's graph-break type, e.g. "Failed to trace builtin operator"
+    title: str
+    #: torch's first line of explanation ("" when it gave none)
+    explanation: str
+    fix: str
+    #: torch's page on this graph break ("" when it gave none)
+    link: str = ""
+    #: how many times it broke there (once per compile of the function)
+    count: int = 1
+
+    def describe(self) -> list[str]:
+        where = (
+            self.place.describe() if self.place is not None else "(no line of yours on the stack)"
+        )
+        times = f"  [{self.count} times: once per compile]" if self.count > 1 else ""
+        lines = [f"{where}{times}"]
+        said = f"{self.title}: {self.explanation}" if self.explanation else self.title
+        lines.append(f"torch: {said}")
+        if self.fix:
+            lines.append(f"fix: {self.fix}")
+        if self.link:
+            lines.append(f"more: {self.link}")
+        return lines
+
+
+def _frame_place(filename: str, lineno: int, inner: tuple[str, int] | None) -> Place:
+    source = linecache.getline(filename, lineno).strip()
+    via = f"{library_path(inner[0])}:{inner[1]}" if inner is not None else ""
+    return Place(filename, lineno, source, via)
+
+
+def place_of_stack(stack: Sequence[Any]) -> Place | None:
+    """The user's line in a stack of ``FrameSummary`` (outermost first): the innermost
+    frame of the user's own code; when the break happened inside an installed library,
+    the library's line goes with it."""
+    frames = [(f.filename, f.lineno) for f in stack if f.lineno is not None]
+    outside = [(name, line) for name, line in frames if not is_internal(name)]
+    if not outside:
+        return None
+    inner = outside[-1]
+    own = [(name, line) for name, line in outside if not is_library(name)]
+    if not own or own[-1] == inner:
+        return _frame_place(inner[0], inner[1], None)
+    return _frame_place(own[-1][0], own[-1][1], inner)
+
+
+def place_of_frame(start: FrameType | None) -> Place | None:
+    """The user's line among the live frames from ``start`` outwards."""
+    stack = []
+    frame = start
+    while frame is not None:
+        stack.append(_Summary(frame.f_code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    return place_of_stack(stack[::-1])
+
+
+@dataclass(frozen=True)
+class _Summary:
+    filename: str
+    lineno: int
+
+
+# -- graph breaks ------------------------------------------------------------------------
+
+_PRINT = (
+    "printing inside compiled code ends the graph there: remove the print, move it after"
+    " the compiled call, or skip it while compiling:"
+    " `if not torch.compiler.is_compiling(): print(...)`"
+)
+_LOGGING = (
+    "logging inside compiled code ends the graph there: log outside the compiled call,"
+    " skip it while compiling (`if not torch.compiler.is_compiling():`), or let torch"
+    " hoist the call: torch._dynamo.config.ignore_logging_functions.add(logger.info)"
+)
+_SCALAR = (
+    "reading a tensor's value on the host ({what}) leaves the graph: keep it a tensor"
+    " (torch.where, torch.clamp, masks instead of Python numbers), or let dynamo capture"
+    " it: torch._dynamo.config.capture_scalar_outputs = True"
+)
+_BRANCH = (
+    "a Python `if`/`while` on a tensor's value cannot be traced: make it branchless"
+    " (torch.where(cond, a, b), torch.clamp, torch.nan_to_num), or use"
+    " torch.cond(pred, true_fn, false_fn, operands) for real control flow"
+)
+_SKIPPED = (
+    "{what} cannot be traced (a C extension, a builtin or a library dynamo skips): call it"
+    " outside the compiled function and pass the result in, replace it with a torch"
+    " operation, or wrap it as a custom op (torch.library.custom_op) so the graph calls"
+    " it whole"
+)
+_BUILTIN = (
+    "dynamo cannot trace the builtin {what} here: compute it outside the compiled"
+    " function and pass the result in, or use a torch operation instead"
+)
+_DISABLED = (
+    "this function is excluded from compilation with torch.compiler.disable, so the"
+    " graph stops around it: remove the decorator if it can be traced, or allow this"
+    " break in the budget"
+)
+_EXPLICIT = "an explicit torch._dynamo.graph_break() call: remove it to keep one graph"
+_DYNAMIC_SHAPE = (
+    "an operator whose output size depends on the data (nonzero, masked_select,"
+    " boolean indexing, unique): use a fixed-size form (torch.where with a mask), or"
+    " torch._dynamo.config.capture_dynamic_output_shape_ops = True"
+)
+_TOLIST = (
+    "Tensor.tolist() copies the values to the host and leaves the graph: keep the"
+    " tensor, or do the Python work outside the compiled function"
+)
+
+_NAMED = re.compile(r"`([^`]+)`")
+
+
+def _named(explanation: str) -> str:
+    """The first back-quoted name in torch's explanation (``print``, ``posix.getpid.``)."""
+    found = _NAMED.search(explanation)
+    return f"`{found.group(1).rstrip('.')}`" if found else "a call"
+
+
+def fix_for(title: str, explanation: str, hints: Sequence[str] = ()) -> str:
+    """Our fix for a graph-break type; torch's first hint when we have none."""
+    lowered = title.lower()
+    if title.startswith("Failed to trace builtin operator"):
+        if "`print`" in explanation:
+            return _PRINT
+        return _BUILTIN.format(what=_named(explanation))
+    if "logging" in lowered and ("logger" in lowered or "logging" in explanation.lower()):
+        return _LOGGING
+    if "tensor.item()" in lowered:
+        return _SCALAR.format(what="Tensor.item()")
+    if "tensor.tolist()" in lowered:
+        return _TOLIST
+    if title.startswith(("generic_jump", "Data-dependent branching")) or (
+        "data-dependent" in lowered and "branch" in lowered
+    ):
+        return _BRANCH
+    if title.startswith("Skip calling `torch.compiler.disable()`d function"):
+        return _DISABLED
+    if title.startswith("Call to `torch._dynamo.graph_break()`"):
+        return _EXPLICIT
+    if "marked as skipped" in lowered:
+        return _SKIPPED.format(what=_named(explanation))
+    if title.startswith("Dynamic shape operator"):
+        return _DYNAMIC_SHAPE
+    return hints[0] if hints else ""
+
+
+_TITLES = {
+    "generic_jump": "Data-dependent branching",
+}
+
+
+def parse_reason(reason: str) -> tuple[str, str, list[str], str]:
+    """torch's graph-break text -> (type, first explanation line, hints, link)."""
+    lines = [line.strip() for line in reason.strip().splitlines()]
+    title = lines[0] if lines else "graph break"
+    explanation, hints, link = "", [], ""
+    for line in lines[1:]:
+        if line.startswith("Explanation:") and not explanation:
+            explanation = line.removeprefix("Explanation:").strip()
+        elif line.startswith("Hint:"):
+            hints.append(line.removeprefix("Hint:").strip())
+        elif "please visit:" in line:
+            link = line.split("please visit:", 1)[1].strip()
+    for raw, better in _TITLES.items():
+        if title.startswith(raw):
+            explanation = explanation or "a Python branch on a tensor's value"
+            title = better
+    return title, explanation, hints, link
+
+
+def graph_breaks_of(reasons: Iterable[Any]) -> list[GraphBreak]:
+    """dynamo's ``GraphCompileReason`` records -> one GraphBreak per place and type, in
+    the order they happened (a break hit again by a recompile adds to its count)."""
+    found: dict[tuple[Place | None, str], GraphBreak] = {}
+    for record in reasons:
+        if not getattr(record, "graph_break", True):
+            continue
+        title, explanation, hints, link = parse_reason(str(getattr(record, "reason", "")))
+        place = place_of_stack(list(getattr(record, "user_stack", None) or ()))
+        key = (place, title)
+        if key in found:
+            found[key].count += 1
+            continue
+        fix = fix_for(title, explanation, hints)
+        found[key] = GraphBreak(place, title, explanation, fix, link)
+    return list(found.values())
+
+
+# -- recompiles ---------------------------------------------------------------------------
+
+_COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
+_SOURCE_COMMENT = re.compile(r"\s{2,}#.*$")
+
+
+def clean_guard_reason(text: str) -> str:
+    """``0/0: tensor 'x' size mismatch ...`` -> ``tensor 'x' size mismatch ...``: the
+    compile id, the source comment and the stack dynamo appends are dropped."""
+    first = str(text).split("\nUser stack trace:", 1)[0].strip()
+    first = _COMPILE_ID.sub("", first)
+    # several failed guards of one cached graph come joined by "; ", each with its comment
+    parts = [_SOURCE_COMMENT.sub("", part).strip() for part in re.split(r";\s+(?=\S)", first)]
+    kept = [part for part in parts if part and not part.startswith(("to avoid", "#"))]
+    return "; ".join(kept) if kept else first
+
+
+_POSITIONAL = re.compile(r"^args\[(\d+)\]$")
+_KEYWORD = re.compile(r"^kwargs\[['\"](\w+)['\"]\]$")
+
+
+def _argument(name: str) -> str:
+    """dynamo's name of an input, as a person would say it: ``args[0]`` (a compiled
+    module's wrapper) -> "the 1st positional argument"."""
+    positional = _POSITIONAL.match(name)
+    if positional:
+        number = int(positional.group(1)) + 1
+        suffix = {1: "st", 2: "nd", 3: "rd"}.get(number if number < 20 else number % 10, "th")
+        return f"the {number}{suffix} positional argument"
+    keyword = _KEYWORD.match(name)
+    if keyword:
+        return f"the keyword argument {keyword.group(1)!r}"
+    return repr(name)
+
+
+_SIZE = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)")
+_RANGE = re.compile(r"^(\d+) <= (\S+)\.size\(\)\[(\d+)\] <= (\d+)$")
+_SCALAR_GUARD = re.compile(r"^(\w+) == ")
+
+
+def recompile_fix(reasons: Sequence[str]) -> str:
+    """What stops this kind of recompile (the first reason that has a known fix)."""
+    for reason in reasons:
+        limited = _RANGE.match(reason.split(";")[0].strip())
+        if limited:
+            low, name, index, high = limited.groups()
+            return (
+                f"dimension {index} of {_argument(name)} is dynamic but was compiled for"
+                f" sizes {low}..{high} only (a branch on its size, or a specialisation"
+                f" inside an operator), and this call falls outside: mark it unbacked"
+                f" (torch._dynamo.decorators.mark_unbacked(tensor, {index})) so no range is"
+                f" assumed, or allow the recompile"
+            )
+        size = _SIZE.search(reason)
+        if size:
+            name, index = size.groups()
+            tensor = _argument(name)
+            return (
+                f"dimension {index} of {tensor} changes between calls: mark it dynamic"
+                f" before the first call (torch._dynamo.mark_dynamic(tensor, {index})),"
+                f" compile with dynamic=True, or pad inputs to a few fixed sizes"
+            )
+        if "dtype mismatch" in reason:
+            return "the dtype of an input changes between calls: cast inputs to one dtype"
+        if "rank mismatch" in reason:
+            return "an input's number of dimensions changes between calls: keep one layout"
+        if "requires_grad mismatch" in reason:
+            return (
+                "an input needs gradients in one call and not in another: keep it the"
+                " same, or compile one function for training and one for inference"
+            )
+        if "grad_mode" in reason:
+            return (
+                "called both with and without torch.no_grad(): keep one grad mode for a"
+                " compiled function, or compile one for training and one for inference"
+            )
+        if "device mismatch" in reason:
+            return "an input moves between devices: keep inputs on one device"
+        if "___check_obj_id" in reason or "id(" in reason:
+            return (
+                "a new object (a module, a function, a non-tensor argument) took the"
+                " place of the one compiled: reuse the same object between calls"
+            )
+        scalar = _SCALAR_GUARD.search(reason)
+        if scalar:
+            return (
+                f"the Python number {scalar.group(1)!r} is baked into the graph and"
+                f" changed: pass it as a tensor, or keep it constant"
+            )
+    return ""

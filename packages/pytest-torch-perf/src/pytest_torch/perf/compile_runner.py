@@ -1,0 +1,73 @@
+"""Running a test under ``@pytest.mark.torch_compile_budget``: the marker checked at
+collection, the test body watched (``compile_watch``), the budget judged
+(``compile_checks``) and the figures published for the end-of-run table.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_torch.perf.marker_specs import COMPILE_BUDGET
+
+if TYPE_CHECKING:
+    from pytest_torch.perf.compile_checks import CompileBudget
+    from pytest_torch.perf.compile_watch import CompileWatch
+
+MARKER = COMPILE_BUDGET.name
+
+
+def budget(node: pytest.Item | pytest.Metafunc) -> CompileBudget | None:
+    """The test's budget, None without the marker; ValueError for a malformed one."""
+    from pytest_torch.perf.compile_checks import parse_budget
+
+    definition = node.definition if isinstance(node, pytest.Metafunc) else node
+    marker = definition.get_closest_marker(MARKER)
+    if marker is None:
+        return None
+    prefix = f"{definition.nodeid}: @pytest.mark.{MARKER}"
+    values = COMPILE_BUDGET.bind(marker.args, marker.kwargs, prefix)
+    return parse_budget(values, prefix, COMPILE_BUDGET.example)
+
+
+def check_marked(metafunc: pytest.Metafunc) -> None:
+    """At collection: a collection error naming the test for a malformed marker."""
+    try:
+        budget(metafunc)
+    except ValueError as exc:
+        raise pytest.Collector.CollectError(str(exc)) from None
+
+
+def start(item: pytest.Item) -> CompileWatch | None:
+    """The watch over the test body, already running; None for a test without the
+    marker."""
+    if item.get_closest_marker(MARKER) is None:
+        return None
+    from pytest_torch.perf.compile_watch import CompileWatch
+
+    watch = CompileWatch()
+    watch.__enter__()
+    return watch
+
+
+def finish(item: pytest.Item, watch: CompileWatch, body_failed: bool) -> str | None:
+    """Stop watching, publish the figures, and return the failure message when the body
+    passed but went over its budget (a failing body keeps its own failure)."""
+    from pytest_torch.perf.compile_checks import CompileRecord, judge
+
+    watch.__exit__(None, None, None)
+    test_budget = budget(item)
+    assert test_budget is not None  # checked at collection
+    failure = None if body_failed else judge(item.nodeid, watch.report, test_budget, MARKER)
+    if body_failed:
+        verdict = "test failed"
+    elif failure is None:
+        verdict = "ok"
+    elif watch.report.compiles == 0:
+        verdict = "compiled nothing"
+    else:
+        verdict = "over budget"
+    record = CompileRecord.of(item.nodeid, watch.report, test_budget, verdict)
+    item.user_properties.extend(record.to_properties())
+    return failure

@@ -1,0 +1,238 @@
+"""Watching what ``torch.compile`` does while some code runs: every frame it compiles,
+each recompile with the guard failures that caused it and the line that made the call,
+each graph break with the user's line, and the time spent compiling.
+
+A watch starts from an empty compile cache (``torch._dynamo.reset()``), so what it
+counts does not depend on what ran before it in the process: a function compiled by an
+earlier test is compiled again, and a shape seen earlier cannot hide a recompile. When
+it ends it empties the cache again (what it compiled cannot change later counts), puts
+back dynamo's and inductor's configuration as they were (a test that turns on
+``capture_scalar_outputs`` does not change the next test) and the compile callbacks
+registered before it. The cost of that isolation is time, never results: a function
+compiled before the watch compiles again at its next call.
+
+The facts come from dynamo's own records, read as data: its compile callbacks (compile
+id, start and end), ``guard_failures`` (why a cached graph did not fit) and
+``graph_break_reasons`` (why a graph ended, with the user's stack). No log is parsed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from pytest_torch.perf.compile_diagnosis import (
+    GraphBreak,
+    Place,
+    clean_guard_reason,
+    graph_breaks_of,
+    place_of_frame,
+)
+
+#: dynamo's message when a function is recompiled more often than its limit allows
+LIMIT_MARKERS = ("recompile limit", "cache_size_limit", "recompile_limit")
+
+
+@dataclass
+class Recompile:
+    """One recompile: the function, why its cached graphs did not fit, who called it."""
+
+    compile_id: str
+    function: str
+    reasons: list[str]
+    call_site: Place | None
+
+
+@dataclass
+class CompileReport:
+    """What was compiled while a watch ran."""
+
+    #: frames compiled into graphs (a function, its resume functions after a graph break,
+    #: every recompile)
+    compiles: int = 0
+    recompiles: list[Recompile] = field(default_factory=list)
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+    #: wall-clock seconds inside torch.compile (tracing, the backend, lazy backward compiles)
+    seconds: float = 0.0
+    #: functions that hit dynamo's recompile limit and ran uncompiled after it
+    limit_hits: list[str] = field(default_factory=list)
+
+    @property
+    def graph_break_count(self) -> int:
+        """Distinct places where a graph broke (a place hit by every recompile counts once)."""
+        return len(self.graph_breaks)
+
+
+class CompileUnavailableError(RuntimeError):
+    """torch.compile cannot be watched in this environment (no dynamo, or one whose
+    records this plugin does not know)."""
+
+
+def dynamo_modules() -> tuple[Any, Any, Any]:
+    """``torch._dynamo``, its utils and its callback handler; CompileUnavailableError
+    naming the torch version when this torch lacks one of them."""
+    import torch
+
+    try:
+        import torch._dynamo as dynamo
+        from torch._dynamo import utils
+        from torch._dynamo.callback import callback_handler
+    except ImportError as exc:  # pragma: no cover - a torch without dynamo
+        raise CompileUnavailableError(
+            f"torch {torch.__version__} cannot compile here ({exc}); torch.compile checks"
+            f" need torch >= 2.4 on a Python torch.compile supports"
+        ) from None
+    missing = [
+        name
+        for name, owner in (
+            ("guard_failures", utils),
+            ("graph_break_reasons", utils),
+            ("counters", utils),
+            ("register_start_callback", callback_handler),
+            ("register_end_callback", callback_handler),
+        )
+        if not hasattr(owner, name)
+    ]
+    if missing:  # pragma: no cover - depends on the torch version
+        raise CompileUnavailableError(
+            f"torch {torch.__version__}'s torch._dynamo has no {', '.join(missing)}, which"
+            f" the torch.compile checks read; they need torch >= 2.4"
+        )
+    return dynamo, utils, callback_handler
+
+
+class _State:
+    """Dynamo's and inductor's configuration and the registered compile callbacks, saved
+    to be put back."""
+
+    def __init__(self, dynamo: Any, handler: Any) -> None:
+        self.handler = handler
+        self.start = list(getattr(handler, "start_callbacks", ()))
+        self.end = list(getattr(handler, "end_callbacks", ()))
+        self.configs = []
+        for name in ("torch._dynamo.config", "torch._inductor.config"):
+            module = sys.modules.get(name)
+            if module is not None and hasattr(module, "get_config_copy"):
+                self.configs.append((module, module.get_config_copy()))
+
+    def restore(self) -> None:
+        for module, saved in self.configs:
+            now = module.get_config_copy()
+            changed = {key: value for key, value in saved.items() if now.get(key) != value}
+            with warnings.catch_warnings():  # setting a deprecated key warns; ours is a restore
+                warnings.simplefilter("ignore")
+                for key, value in changed.items():
+                    setattr(module, key, value)
+        if hasattr(self.handler, "start_callbacks"):
+            self.handler.start_callbacks[:] = self.start
+            self.handler.end_callbacks[:] = self.end
+
+
+def _caller(start: FrameType | None) -> Place | None:
+    """The user's line that led to a compile (innermost frame outside torch and us)."""
+    return place_of_frame(start)
+
+
+class CompileWatch:
+    """``with CompileWatch() as watch: ...`` then ``watch.report``.
+
+    Not reentrant, not thread-safe: one watch at a time, in the thread that compiles.
+    """
+
+    def __init__(self) -> None:
+        self.report = CompileReport()
+        self._modules: tuple[Any, Any, Any] | None = None
+        self._state: _State | None = None
+        self._seen: dict[Any, int] = {}
+        self._unimplemented: dict[str, int] = {}
+        self._started: float | None = None
+
+    def __enter__(self) -> CompileWatch:
+        dynamo, utils, handler = self._modules = dynamo_modules()
+        self._state = _State(dynamo, handler)
+        dynamo.reset()  # also empties the callback lists: ours go in after it
+        handler.register_start_callback(self._on_start)
+        handler.register_end_callback(self._on_end)
+        self._seen = {code: len(reasons) for code, reasons in utils.guard_failures.items()}
+        self._unimplemented = dict(utils.counters["unimplemented"])
+        self._breaks_from = len(utils.graph_break_reasons)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._modules is not None and self._state is not None
+        dynamo, utils, _ = self._modules
+        try:
+            if self._started is not None:  # the code raised while compiling
+                self.report.seconds += time.perf_counter() - self._started
+                self._started = None
+            self.report.graph_breaks = graph_breaks_of(
+                utils.graph_break_reasons[self._breaks_from :]
+            )
+            self.report.limit_hits = self._limit_hits(utils)
+        finally:
+            dynamo.reset()
+            self._state.restore()
+
+    # compile callbacks: dynamo calls them once per outermost compile (nested ones are
+    # counted by its handler), with a CallbackArgs (compile_id, trigger) since torch 2.6
+    def _on_start(self, args: Any = None) -> None:
+        self._started = time.perf_counter()
+        trigger = getattr(getattr(args, "callback_trigger", None), "name", "DYNAMO")
+        if trigger != "DYNAMO":
+            return  # a lazy backward compile, autotuning...: time, not a new compile
+        self.report.compiles += 1
+        compile_id = str(getattr(args, "compile_id", "") or "")
+        reasons, function = self._new_guard_failures()
+        attempt = compile_id.partition("/")[2]
+        if (attempt.isdigit() and int(attempt) > 0) or (not attempt and reasons):
+            self.report.recompiles.append(
+                Recompile(compile_id, function, reasons, _caller(sys._getframe(1)))
+            )
+
+    def _on_end(self, args: Any = None) -> None:
+        if self._started is not None:
+            self.report.seconds += time.perf_counter() - self._started
+            self._started = None
+
+    def _new_guard_failures(self) -> tuple[list[str], str]:
+        """The guard failures recorded since the last compile started (why the cached
+        graphs did not fit the call being compiled now), and the function's name."""
+        assert self._modules is not None
+        utils = self._modules[1]
+        reasons: list[str] = []
+        function = ""
+        for code, failures in list(utils.guard_failures.items()):
+            seen = self._seen.get(code, 0)
+            if len(failures) > seen:
+                function = _function_name(code)
+                reasons += [clean_guard_reason(text) for text in failures[seen:]]
+            self._seen[code] = len(failures)
+        return list(dict.fromkeys(reasons)), function
+
+    def _limit_hits(self, utils: Any) -> list[str]:
+        hits = []
+        for text, count in utils.counters["unimplemented"].items():
+            if count > self._unimplemented.get(text, 0) and any(
+                marker in text for marker in LIMIT_MARKERS
+            ):
+                hits.append(text.splitlines()[0])
+        if hits:
+            _, function = self._new_guard_failures()
+            if function:
+                hits = [f"{function}: {hit}" for hit in hits]
+        return hits
+
+
+def _function_name(code: Any) -> str:
+    """``forward (models.py:30)`` for a code object (dynamo keys guard failures by the
+    original code)."""
+    from pytest_torch.perf.sync_sites import is_internal, shown_path
+
+    name = getattr(code, "co_name", None)
+    if name is None or is_internal(code.co_filename):
+        return ""  # torch's wrapper around a compiled module: the call site names it
+    return f"{name} ({shown_path(code.co_filename)}:{code.co_firstlineno})"

@@ -1,0 +1,393 @@
+"""The torch.compile engines: the watch, the diagnosis of graph breaks and recompiles,
+assert_no_graph_breaks, the budget and its record (counts only: no test here depends on
+how fast the machine compiles)."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import zlib
+
+import pytest
+import torch
+import torch._dynamo
+
+from pytest_torch import GraphBreakError, assert_no_graph_breaks
+from pytest_torch.perf.compile_checks import (
+    CompileBudget,
+    CompileRecord,
+    judge,
+    parse_budget,
+    render_table,
+)
+from pytest_torch.perf.compile_diagnosis import (
+    clean_guard_reason,
+    fix_for,
+    parse_reason,
+    recompile_fix,
+)
+from pytest_torch.perf.compile_watch import CompileReport, CompileWatch, Recompile
+
+log = logging.getLogger("a_model")
+
+# these tests draw from the global random generators; torch_seed restores them
+pytestmark = pytest.mark.usefixtures("torch_seed")
+
+
+class Printing(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        print("batch", y.shape)  # the line reported
+        return y.relu()
+
+
+def _eager(fn):
+    return torch.compile(fn, backend="eager")
+
+
+# -- assert_no_graph_breaks --------------------------------------------------------------
+
+
+def test_one_graph_passes_and_returns_the_result():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.LayerNorm(8))
+    x = torch.randn(2, 4)
+    out = assert_no_graph_breaks(model, x)
+    torch.testing.assert_close(out, model(x))
+
+
+def test_a_print_is_reported_at_the_users_line_with_the_fix(capsys):
+    with pytest.raises(GraphBreakError) as caught:
+        assert_no_graph_breaks(Printing(), torch.randn(2, 4))
+    message = str(caught.value)
+    assert message.startswith(
+        "expected Printing.forward to compile into one graph; torch.compile broke it 1 time"
+    )
+    line = inspect.getsourcelines(Printing.forward)[1] + 2
+    assert f'test_compile_checks.py:{line}  print("batch", y.shape)  # the line reported' in message
+    assert "torch: Failed to trace builtin operator" in message
+    assert "fix: printing inside compiled code ends the graph there" in message
+    assert "torch.compiler.is_compiling()" in message
+    capsys.readouterr()
+
+
+def _branchy(x: torch.Tensor) -> torch.Tensor:
+    if x.sum().item() > 0:
+        return x * 2
+    return x
+
+
+def _data_dependent(x: torch.Tensor) -> torch.Tensor:
+    if x.sum() > 0:
+        return x * 2
+    return x
+
+
+def _logs(x: torch.Tensor) -> torch.Tensor:
+    log.warning("shape %s", x.shape)
+    return x * 2
+
+
+def _c_extension(x: torch.Tensor) -> torch.Tensor:
+    return x * (zlib.crc32(b"ab") % 3)
+
+
+@torch.compiler.disable
+def _excluded(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+def _calls_excluded(x: torch.Tensor) -> torch.Tensor:
+    return _excluded(x * 2) * 3
+
+
+def _explicit(x: torch.Tensor) -> torch.Tensor:
+    x = x * 2
+    torch._dynamo.graph_break()
+    return x + 1
+
+
+@pytest.mark.parametrize(
+    ("fn", "source", "fix"),
+    [
+        (_branchy, "if x.sum().item() > 0:", "capture_scalar_outputs = True"),
+        (_data_dependent, "if x.sum() > 0:", "torch.where(cond, a, b)"),
+        (_logs, 'log.warning("shape %s", x.shape)', "logging inside compiled code"),
+        (_c_extension, 'return x * (zlib.crc32(b"ab") % 3)', "`zlib.crc32` cannot be traced"),
+        (_calls_excluded, "return _excluded(x * 2) * 3", "torch.compiler.disable"),
+        (_explicit, "torch._dynamo.graph_break()", "explicit torch._dynamo.graph_break()"),
+    ],
+)
+def test_each_known_cause_gets_its_fix(fn, source, fix, caplog):
+    with pytest.raises(GraphBreakError) as caught, pytest.warns() if fn is _c_extension else _no():
+        assert_no_graph_breaks(fn, torch.randn(3))
+    message = str(caught.value)
+    assert f"  {source}" in message, message
+    assert fix in message, message
+
+
+class _no:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *args: object) -> None:
+        return None
+
+
+def test_an_already_compiled_module_is_checked_as_the_original(capsys):
+    compiled = torch.compile(Printing(), backend="eager")
+    with pytest.raises(GraphBreakError, match=r"Printing\.forward"):
+        assert_no_graph_breaks(compiled, torch.randn(2, 4))
+    capsys.readouterr()
+
+
+def test_the_users_own_error_is_not_replaced():
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("bad input shape")
+
+    with pytest.raises(ValueError, match="bad input shape"):
+        assert_no_graph_breaks(broken, torch.randn(2))
+
+
+def test_not_callable_is_a_clear_type_error():
+    with pytest.raises(TypeError, match=r"expected a function or an nn\.Module to compile, got"):
+        assert_no_graph_breaks(torch.randn(2), torch.randn(2))  # type: ignore[arg-type]
+
+
+def test_compile_switched_off_is_said_not_passed():
+    torch._dynamo.config.disable = True
+    try:
+        with pytest.raises(GraphBreakError) as caught:
+            assert_no_graph_breaks(torch.nn.Linear(2, 2), torch.randn(1, 2))
+    finally:
+        torch._dynamo.config.disable = False
+    assert "compiled nothing of Linear.forward" in str(caught.value)
+    assert "TORCHDYNAMO_DISABLE=1" in str(caught.value)
+    with torch.compiler.set_stance("force_eager"), pytest.raises(GraphBreakError) as caught:
+        assert_no_graph_breaks(torch.nn.Linear(2, 2), torch.randn(1, 2))
+    assert 'switched off in this process (torch.compiler.set_stance("force_eager"))' in str(
+        caught.value
+    )
+
+
+# -- the watch ---------------------------------------------------------------------------
+
+
+def test_recompiles_are_counted_with_the_reason_and_the_call_site():
+    model = _eager(torch.nn.Linear(4, 4))
+    with CompileWatch() as watch:
+        for batch in (8, 16, 32):  # 16 recompiles; then the batch dimension is dynamic
+            model(torch.randn(batch, 4))
+    report = watch.report
+    assert report.compiles == 2 and len(report.recompiles) == 1
+    (recompile,) = report.recompiles
+    assert recompile.reasons == ["tensor 'args[0]' size mismatch at index 0. expected 8, actual 16"]
+    assert recompile.call_site is not None
+    assert recompile.call_site.source == "model(torch.randn(batch, 4))"
+    assert report.graph_breaks == [] and report.limit_hits == []
+
+
+def test_counts_do_not_depend_on_what_was_compiled_before():
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sum(dim=0)
+
+    compiled = _eager(step)
+
+    def counts() -> tuple[int, int]:
+        with CompileWatch() as watch:
+            compiled(torch.randn(8, 3))
+            compiled(torch.randn(16, 3))
+        return watch.report.compiles, len(watch.report.recompiles)
+
+    alone = counts()
+    for batch in (8, 16, 24, 40):  # everything the watched code will see, and more
+        compiled(torch.randn(batch, 3))
+    assert counts() == alone == (2, 1)
+
+
+def _compile_then_fail() -> None:
+    with CompileWatch():
+        torch._dynamo.config.capture_scalar_outputs = True
+        _eager(lambda x: x + 1)(torch.randn(2))
+        raise RuntimeError("the test's own")
+
+
+def test_configuration_and_callbacks_are_put_back_also_after_an_error():
+    from torch._dynamo.callback import callback_handler
+
+    def mine(*args: object) -> None:
+        return None
+
+    callback_handler.register_start_callback(mine)
+    try:
+        with pytest.raises(RuntimeError, match="the test's own"):
+            _compile_then_fail()
+        assert torch._dynamo.config.capture_scalar_outputs is False
+        assert mine in callback_handler.start_callbacks
+        assert len(callback_handler.start_callbacks) == 1
+    finally:
+        callback_handler.remove_start_callback(mine)
+
+
+def test_graph_breaks_are_counted_once_per_place():
+    model = _eager(Printing())
+    with CompileWatch() as watch:
+        model(torch.randn(8, 4))
+        model(torch.randn(16, 4))  # compiles again, and breaks at the same print
+    report = watch.report
+    assert report.graph_break_count == 1
+    assert report.graph_breaks[0].count == 2
+    assert report.compiles == 4 and len(report.recompiles) == 2
+
+
+def test_hitting_the_recompile_limit_is_reported(caplog):
+    compiled = _eager(lambda x: x.sum() * 2)
+    with CompileWatch() as watch:
+        for rank in range(1, 11):  # a new rank every call: no dynamic shape helps
+            compiled(torch.randn(*[2] * rank))
+    report = watch.report
+    assert report.limit_hits and "recompile limit" in report.limit_hits[0]
+    message = judge("t.py::test", report, CompileBudget(recompiles=100), "torch_compile_budget")
+    assert message is not None and "the recompile limit was hit" in message
+    assert "from then on it ran uncompiled" in message
+
+
+# -- reading torch's words -----------------------------------------------------------------
+
+PRINT_REASON = """Failed to trace builtin operator
+  Explanation: Dynamo does not know how to trace builtin operator `print` with argument types ['str'] (has_kwargs False)
+  Hint: Avoid calling builtin `print` with argument types ['str']. Consider using an equivalent alternative function/method to `print`.
+
+  Developer debug context: builtin print [<class 'ConstantVariable'>] False
+
+ For more details about this graph break, please visit: https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0059.html"""
+
+
+def test_torchs_reason_is_split_into_type_explanation_hints_and_link():
+    title, explanation, hints, link = parse_reason(PRINT_REASON)
+    assert title == "Failed to trace builtin operator"
+    assert explanation.startswith("Dynamo does not know how to trace builtin operator `print`")
+    assert hints[0].startswith("Avoid calling builtin `print`")
+    assert link.endswith("/gb/gb0059.html")
+    assert parse_reason("generic_jump TensorVariable()")[0] == "Data-dependent branching"
+
+
+def test_an_unknown_cause_gets_torchs_first_hint():
+    assert fix_for("Something new", "", ["Try this first", "then that"]) == "Try this first"
+    assert fix_for("Something new", "", []) == ""
+    builtin = fix_for("Failed to trace builtin operator", "operator `divmod` with", [])
+    assert builtin.startswith("dynamo cannot trace the builtin `divmod`")
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        (
+            "0/0: tensor 'x' size mismatch at index 0. expected 8, actual 16",
+            "tensor 'x' size mismatch at index 0. expected 8, actual 16",
+        ),
+        (
+            "0/0: scale == 0.5        # return x * scale  # m.py:3 in forward\n"
+            'User stack trace:\n  File "m.py", line 3',
+            "scale == 0.5",
+        ),
+        ("1/2: GLOBAL_STATE changed: grad_mode ", "GLOBAL_STATE changed: grad_mode"),
+        (
+            "0/0: 2 <= images.size()[0] <= 15  # return F.conv2d(  # conv.py:560 in"
+            " _conv_forward (the guard itself is not due user code but due to 0/1"
+            " specialization in the framework; to avoid specialization try"
+            " torch._dynamo.decorators.mark_unbacked(tensor, dim)) and return F.conv2d(",
+            "2 <= images.size()[0] <= 15",
+        ),
+    ],
+)
+def test_guard_reasons_lose_dynamos_bookkeeping(raw, clean):
+    assert clean_guard_reason(raw) == clean
+
+
+@pytest.mark.parametrize(
+    ("reason", "fix"),
+    [
+        ("tensor 'args[0]' size mismatch at index 0. expected 8, actual 16", "1st positional"),
+        ("tensor 'x' size mismatch at index 1. expected 8, actual 16", "mark_dynamic(tensor, 1)"),
+        ("tensor 'x' dtype mismatch. expected Float, actual Double", "cast inputs to one dtype"),
+        ("tensor 'x' requires_grad mismatch. expected requires_grad=0", "needs gradients"),
+        ("GLOBAL_STATE changed: grad_mode", "torch.no_grad()"),
+        ("tensor 'x' rank mismatch. expected 2, actual 3", "number of dimensions"),
+        ("scale == 0.5", "the Python number 'scale' is baked into the graph"),
+        ("2 <= images.size()[0] <= 15", "compiled for sizes 2..15 only"),
+        ("something torch adds next year", ""),
+    ],
+)
+def test_recompile_fixes(reason, fix):
+    found = recompile_fix([reason])
+    assert (fix in found) if fix else found == ""
+
+
+# -- the budget ------------------------------------------------------------------------------
+
+EXAMPLE = "@pytest.mark.torch_compile_budget(recompiles=0)"
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"recompiles": -1}, "recompiles= must be a whole number >= 0"),
+        ({"recompiles": 1.5}, "recompiles= must be a whole number >= 0"),
+        ({"graph_breaks": True}, "graph_breaks= must be a whole number >= 0"),
+        ({"graph_breaks": "2"}, "graph_breaks= must be a whole number >= 0"),
+        ({"seconds": 0}, "seconds= must be a number of seconds > 0"),
+        ({"seconds": -3.0}, "seconds= must be a number of seconds > 0"),
+        ({"seconds": "10"}, "seconds= must be a number of seconds > 0"),
+        ({"seconds": float("nan")}, "seconds= must be a number of seconds > 0"),
+    ],
+)
+def test_bad_budgets_name_the_test_and_the_argument(values, error):
+    full = {"recompiles": 0, "graph_breaks": 0, "seconds": None, **values}
+    with pytest.raises(ValueError) as caught:
+        parse_budget(full, "t.py::test_x: @pytest.mark.torch_compile_budget", EXAMPLE)
+    assert str(caught.value).startswith(f"t.py::test_x: @pytest.mark.torch_compile_budget: {error}")
+    assert str(caught.value).endswith(f"Example: {EXAMPLE}")
+
+
+def test_a_good_budget():
+    values = {"recompiles": 2, "graph_breaks": 0, "seconds": 30}
+    assert parse_budget(values, "p", EXAMPLE) == CompileBudget(2, 0, 30.0)
+
+
+def _report(compiles: int = 1, recompiles: int = 0, seconds: float = 0.5) -> CompileReport:
+    return CompileReport(
+        compiles=compiles,
+        recompiles=[
+            Recompile("0/1", "forward (m.py:3)", ["tensor 'x' size mismatch at index 0."], None)
+        ]
+        * recompiles,
+        seconds=seconds,
+    )
+
+
+def test_judging_against_the_budget():
+    budget = CompileBudget(recompiles=1, graph_breaks=0, seconds=2.0)
+    assert judge("t::x", _report(compiles=2, recompiles=1, seconds=1.9), budget, "m") is None
+    over = judge("t::x", _report(compiles=3, recompiles=2, seconds=3.0), budget, "m")
+    assert over is not None
+    assert over.startswith("t::x: over its torch.compile budget (recompiles <= 1, graph breaks")
+    assert "recompiles: 2, allowed 1" in over
+    assert "forward (m.py:3) recompiled" in over and "fix: dimension 0 of 'x'" in over
+    assert "compile time: 3 s, allowed 2 s (1.5x; 3 compiles)" in over
+    nothing = judge("t::x", _report(compiles=0), budget, "torch_compile_budget")
+    assert nothing is not None and "torch.compile compiled nothing in it" in nothing
+
+
+def test_the_record_survives_the_trip_through_junit_and_xdist():
+    record = CompileRecord.of("t.py::test_x", _report(2, 1, 0.25), CompileBudget(), "over budget")
+    as_strings = [(name, str(value)) for name, value in record.to_properties()]
+    assert CompileRecord.from_properties(as_strings) == [record]
+    assert CompileRecord.from_properties([("torch_compile.x.compiles", "many")]) == []
+    lines = render_table([record])
+    assert lines[0].split() == ["test", "compiles", "recompiles", "graph", "breaks", "compile",
+                                "time", "verdict"]  # fmt: skip
+    assert lines[2].split() == ["t.py::test_x", "2", "1", "0", "0.25", "s", "over", "budget"]
