@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from pytest_torch.memory.leaks import MemoryLeakError
     from pytest_torch.perf.calls import measure_latency
     from pytest_torch.perf.checks import PerfNotJudgedError, PerfRegressionError
+    from pytest_torch.perf.compile_checks import GraphBreakError, assert_no_graph_breaks
     from pytest_torch.perf.suites import benchmark_suite
     from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
     from pytest_torch.perf.timing import LatencyResult
@@ -49,6 +50,7 @@ _EXPORTS = FAMILY_EXPORTS
 __all__ = [
     "CannotCompare",
     "Diagnosis",
+    "GraphBreakError",
     "HardwareFingerprint",
     "InputsChangedWarning",
     "LatencyResult",
@@ -64,6 +66,7 @@ __all__ = [
     "assert_close",
     "assert_deterministic",
     "assert_max_memory",
+    "assert_no_graph_breaks",
     "assert_no_host_sync",
     "assert_no_memory_leak",
     "benchmark_suite",

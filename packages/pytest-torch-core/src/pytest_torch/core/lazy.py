@@ -27,6 +27,8 @@ FAMILY_EXPORTS: dict[str, str] = {
     "LatencyResult": "pytest_torch.perf.timing",
     "PerfNotJudgedError": "pytest_torch.perf.checks",
     "PerfRegressionError": "pytest_torch.perf.checks",
+    "GraphBreakError": "pytest_torch.perf.compile_checks",
+    "assert_no_graph_breaks": "pytest_torch.perf.compile_checks",
     "assert_no_host_sync": "pytest_torch.perf.syncs",
     "benchmark_suite": "pytest_torch.perf.suites",
     "find_host_syncs": "pytest_torch.perf.syncs",

@@ -1,6 +1,7 @@
 """pytest-torch-perf: latency budgets, performance baselines and host-sync checks.
 
-Public names: :func:`assert_no_host_sync`, :func:`find_host_syncs`,
+Public names: :func:`assert_no_graph_breaks`, :class:`GraphBreakError`,
+:func:`assert_no_host_sync`, :func:`find_host_syncs`,
 :func:`measure_latency`, :class:`LatencyResult`, :class:`PerfRegressionError`,
 :class:`PerfNotJudgedError`.
 Imported on first use; nothing here imports torch.
@@ -15,6 +16,7 @@ from pytest_torch.core.lazy import exports_of, lazy_exports
 if TYPE_CHECKING:
     from pytest_torch.perf.calls import measure_latency
     from pytest_torch.perf.checks import PerfNotJudgedError, PerfRegressionError
+    from pytest_torch.perf.compile_checks import GraphBreakError, assert_no_graph_breaks
     from pytest_torch.perf.suites import benchmark_suite
     from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
     from pytest_torch.perf.timing import LatencyResult
@@ -22,9 +24,11 @@ if TYPE_CHECKING:
 _EXPORTS = exports_of("perf")
 
 __all__ = [
+    "GraphBreakError",
     "LatencyResult",
     "PerfNotJudgedError",
     "PerfRegressionError",
+    "assert_no_graph_breaks",
     "assert_no_host_sync",
     "benchmark_suite",
     "find_host_syncs",
