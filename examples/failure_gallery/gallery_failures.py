@@ -12,6 +12,7 @@ from models import MLPRegressor, TinyCNN
 from pytest_torch import (
     assert_close,
     assert_deterministic,
+    assert_no_graph_breaks,
     assert_no_host_sync,
     diagnose_nondeterminism,
 )
@@ -65,3 +66,26 @@ def test_why_training_mode_is_not_reproducible(make_tensor):
     diagnosis = diagnose_nondeterminism(TinyCNN().train(), make_tensor(8, 1, 28, 28))
     if not diagnosis.deterministic:
         pytest.fail(str(diagnosis), pytrace=False)  # the diagnosis is the whole report
+
+
+class CheckedRegressor(MLPRegressor):
+    """Guards against NaN predictions and logs each batch: two graph breaks."""
+
+    def forward(self, features):
+        predictions = super().forward(features)
+        if torch.isnan(predictions).any():  # a Python branch on a tensor's value
+            raise ValueError("NaN prediction")
+        print(f"predicted {predictions.shape[0]} values")
+        return predictions
+
+
+def test_compiled_regressor_breaks_its_graph(make_tensor):
+    assert_no_graph_breaks(CheckedRegressor().eval(), make_tensor(8, 16))
+
+
+@pytest.mark.torch_compile_budget(recompiles=0)
+def test_serving_recompiles_for_a_new_batch_size(make_tensor):
+    serve = torch.compile(MLPRegressor().eval(), backend="eager")
+    with torch.no_grad():
+        for batch in (8, 16):  # a new batch size compiles the model again
+            serve(make_tensor(batch, 16))
