@@ -90,3 +90,31 @@ def test_a_perf_baseline_inside_a_memory_budget_on_cuda(pytester, quiet_machine)
     """CUDA has one peak counter per device: the perf call's reset must not erase the
     outer budget's 64 MiB."""
     _nested_run(pytester, "cuda")
+
+
+@pytest.mark.usefixtures("torch_seed")  # the inner test draws from the global generator
+def test_the_compile_table_reaches_the_job_summary_and_the_html_report(pytester, monkeypatch):
+    pytest.importorskip("pytest_html", reason="needs pytest-html installed")
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makepyfile(
+        """
+        import pytest, torch
+
+        @pytest.mark.torch_compile_budget(recompiles=1)
+        def test_compiled():
+            model = torch.compile(torch.nn.Linear(4, 4), backend="eager")
+            model(torch.randn(8, 4))
+            model(torch.randn(16, 4))
+        """
+    )
+    plugins = ("-p", "torch_perf", "-p", "torch_ci", "-p", "metadata", "-p", "html")
+    result = pytester.runpytest(
+        *plugins, "--torch-github-annotations", "--html=report.html", "--self-contained-html"
+    )
+    result.assert_outcomes(passed=1)
+    text = summary.read_text()
+    assert "torch compile" in text
+    assert "test_compiled" in text.split("torch compile", 1)[1]
+    page = (pytester.path / "report.html").read_text()
+    assert "<h2>pytest-torch: torch compile</h2><pre>test" in page

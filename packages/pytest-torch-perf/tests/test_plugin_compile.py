@@ -6,6 +6,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.usefixtures("torch_seed")
 
@@ -259,3 +260,43 @@ def test_b():
         for name, value in properties.items()
         if name.rsplit(".", 1)[1] in ("compiles", "recompiles", "graph_breaks", "verdict")
     } == {("compiles", "2"), ("recompiles", "1"), ("graph_breaks", "0"), ("verdict", "ok")}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_with_the_default_backend(pytester, run):
+    """inductor generating GPU code: a recompile and a graph break are still counted at
+    the user's lines, the compile time includes code generation, and a clean model passes
+    assert_no_graph_breaks on the GPU."""
+    pytester.makepyfile(
+        MODELS
+        + """
+from pytest_torch import assert_no_graph_breaks
+
+
+@pytest.mark.torch_compile_budget(recompiles=0, seconds=600)
+def test_cuda_recompiles():
+    model = torch.compile(Printing().cuda())
+    for batch in (8, 16):
+        model(torch.randn(batch, 4, device="cuda"))
+    torch.cuda.synchronize()
+
+
+def test_cuda_one_graph():
+    block = torch.nn.TransformerEncoderLayer(64, 4, batch_first=True).cuda().eval()
+    with torch.no_grad():
+        out = assert_no_graph_breaks(block, torch.randn(2, 16, 64, device="cuda"))
+    assert out.is_cuda
+"""
+    )
+    result = run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "recompiles: *, allowed 0",
+            "*guard failed: tensor * size mismatch at index 0. expected 8, actual 16",
+            "graph breaks: 1, allowed 0",
+            '*print("batch", y.shape)',
+            "*::test_cuda_recompiles * over budget",
+        ]
+    )
