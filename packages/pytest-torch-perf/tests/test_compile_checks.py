@@ -232,6 +232,24 @@ def test_configuration_and_callbacks_are_put_back_also_after_an_error():
         callback_handler.remove_start_callback(mine)
 
 
+def test_a_reset_inside_the_watched_code_loses_nothing():
+    from torch._dynamo.callback import callback_handler
+
+    with CompileWatch() as watch:
+        _eager(Printing())(torch.randn(8, 4))  # a graph break, then a reset
+        torch.compiler.reset()
+        model = _eager(torch.nn.Linear(4, 4))
+        model(torch.randn(8, 4))
+        model(torch.randn(16, 4))  # a recompile after the reset
+    report = watch.report
+    assert report.compiles == 4 and len(report.recompiles) == 1
+    assert report.graph_break_count == 1
+    assert report.recompiles[0].reasons == [
+        "tensor 'args[0]' size mismatch at index 0. expected 8, actual 16"
+    ]
+    assert "clear" not in callback_handler.__dict__ and callback_handler.start_callbacks == []
+
+
 def test_graph_breaks_are_counted_once_per_place():
     model = _eager(Printing())
     with CompileWatch() as watch:

@@ -150,32 +150,61 @@ class CompileWatch:
         self._seen: dict[Any, int] = {}
         self._unimplemented: dict[str, int] = {}
         self._started: float | None = None
+        self._breaks_from = 0
+        self._breaks: list[Any] = []
 
     def __enter__(self) -> CompileWatch:
         dynamo, utils, handler = self._modules = dynamo_modules()
         self._state = _State(dynamo, handler)
         dynamo.reset()  # also empties the callback lists: ours go in after it
-        handler.register_start_callback(self._on_start)
-        handler.register_end_callback(self._on_end)
-        self._seen = {code: len(reasons) for code, reasons in utils.guard_failures.items()}
         self._unimplemented = dict(utils.counters["unimplemented"])
-        self._breaks_from = len(utils.graph_break_reasons)
+        self._follow_resets(handler)
+        self._restarted()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         assert self._modules is not None and self._state is not None
-        dynamo, utils, _ = self._modules
+        dynamo, utils, handler = self._modules
         try:
             if self._started is not None:  # the code raised while compiling
                 self.report.seconds += time.perf_counter() - self._started
                 self._started = None
-            self.report.graph_breaks = graph_breaks_of(
-                utils.graph_break_reasons[self._breaks_from :]
-            )
+            self._harvest_breaks()
+            self.report.graph_breaks = graph_breaks_of(self._breaks)
             self.report.limit_hits = self._limit_hits(utils)
         finally:
+            handler.__dict__.pop("clear", None)
             dynamo.reset()
             self._state.restore()
+
+    def _follow_resets(self, handler: Any) -> None:
+        """A test may call torch._dynamo.reset() itself (torch.compiler.reset(), to start
+        clean): it empties dynamo's records and drops every compile callback. Keep
+        watching through it: its last step, emptying the callbacks, puts ours back and
+        starts reading the emptied records from their beginning."""
+        clear = handler.clear
+
+        def clear_and_keep_watching() -> None:
+            clear()
+            self._restarted()
+
+        handler.clear = clear_and_keep_watching  # on the instance; removed in __exit__
+
+    def _restarted(self) -> None:
+        assert self._modules is not None
+        _, utils, handler = self._modules
+        handler.register_start_callback(self._on_start)
+        handler.register_end_callback(self._on_end)
+        self._seen = {code: len(reasons) for code, reasons in utils.guard_failures.items()}
+        self._breaks_from = len(utils.graph_break_reasons)
+
+    def _harvest_breaks(self) -> None:
+        """Keep the graph breaks recorded since the last look (before a reset empties
+        dynamo's list)."""
+        assert self._modules is not None
+        records = self._modules[1].graph_break_reasons
+        self._breaks += records[self._breaks_from :]
+        self._breaks_from = len(records)
 
     # compile callbacks: dynamo calls them once per outermost compile (nested ones are
     # counted by its handler), with a CallbackArgs (compile_id, trigger) since torch 2.6
@@ -194,6 +223,7 @@ class CompileWatch:
             )
 
     def _on_end(self, args: Any = None) -> None:
+        self._harvest_breaks()
         if self._started is not None:
             self.report.seconds += time.perf_counter() - self._started
             self._started = None
