@@ -211,8 +211,34 @@ def test_counts_do_not_depend_on_what_was_compiled_before():
 def _compile_then_fail() -> None:
     with CompileWatch():
         torch._dynamo.config.capture_scalar_outputs = True
+        torch._functorch.config.activation_memory_budget = 0.5
+        torch.compiler.config.job_id = "a-test"
+        torch.compiler.set_stance("force_eager")
         _eager(lambda x: x + 1)(torch.randn(2))
         raise RuntimeError("the test's own")
+
+
+def test_counts_do_not_depend_on_a_shape_profile_kept_on_disk(tmp_path, monkeypatch):
+    # with a job id, dynamo keeps which dimensions turned dynamic in a file, across runs
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    previous = torch.compiler.config.job_id
+    torch.compiler.config.job_id = f"pytest-torch-{tmp_path.name}"
+    try:
+
+        def grow(x: torch.Tensor) -> torch.Tensor:
+            return x.cumsum(0) * 3
+
+        compiled = _eager(grow)
+        for batch in (8, 16, 24):  # batch becomes dynamic, and the profile says so
+            compiled(torch.randn(batch, 2))
+        torch._dynamo.reset()
+        with CompileWatch() as watch:
+            compiled(torch.randn(8, 2))
+            compiled(torch.randn(16, 2))
+        assert (watch.report.compiles, len(watch.report.recompiles)) == (2, 1)
+    finally:
+        torch.compiler.config.job_id = previous
+        torch._dynamo.reset()
 
 
 def test_configuration_and_callbacks_are_put_back_also_after_an_error():
@@ -226,6 +252,9 @@ def test_configuration_and_callbacks_are_put_back_also_after_an_error():
         with pytest.raises(RuntimeError, match="the test's own"):
             _compile_then_fail()
         assert torch._dynamo.config.capture_scalar_outputs is False
+        assert torch._functorch.config.activation_memory_budget == 1.0
+        assert torch.compiler.config.job_id is None
+        assert torch._dynamo.eval_frame._stance.stance == "default"
         assert mine in callback_handler.start_callbacks
         assert len(callback_handler.start_callbacks) == 1
     finally:
@@ -248,6 +277,50 @@ def test_a_reset_inside_the_watched_code_loses_nothing():
         "tensor 'args[0]' size mismatch at index 0. expected 8, actual 16"
     ]
     assert "clear" not in callback_handler.__dict__ and callback_handler.start_callbacks == []
+
+
+def test_a_watch_inside_a_watch_leaves_the_outer_one_watching():
+    with CompileWatch() as outer:
+        assert_no_graph_breaks(torch.nn.Linear(4, 4), torch.randn(2, 4))
+        torch.compiler.reset()  # the test's own reset, after the inner watch
+        model = _eager(torch.nn.Linear(4, 4))
+        model(torch.randn(8, 4))
+        model(torch.randn(16, 4))
+    assert outer.report.compiles == 3 and len(outer.report.recompiles) == 1
+
+
+def _training_step_report() -> CompileReport:
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+
+    @torch.compile(backend="eager")
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    with CompileWatch() as watch:
+        for _ in range(2):
+            step(torch.randn(8, 16), torch.randn(8, 1))
+            scheduler.step()
+    return watch.report
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_a_compiled_training_step_gets_training_advice():
+    message = judge("t::x", _training_step_report(), CompileBudget(), "m")
+    assert message is not None
+    # the scheduler changed a learning rate baked into the compiled step
+    assert "guard failed: self.param_groups[0]['lr'] == 0.001" in message
+    assert "lr=torch.tensor(1e-3)" in message
+    assert "torch does not trace `Optimizer.zero_grad` on purpose" in message
+    assert "call loss.backward() after it" in message
+    # the break inside torch's optimizer is shown at the user's call, not "remove it"
+    assert "optimizer.step()  (inside torch: torch/optim/optimizer.py:" in message
+    assert "remove it" not in message
 
 
 def test_graph_breaks_are_counted_once_per_place():
@@ -335,7 +408,12 @@ def test_guard_reasons_lose_dynamos_bookkeeping(raw, clean):
         ("tensor 'x' requires_grad mismatch. expected requires_grad=0", "needs gradients"),
         ("GLOBAL_STATE changed: grad_mode", "torch.no_grad()"),
         ("tensor 'x' rank mismatch. expected 2, actual 3", "number of dimensions"),
-        ("scale == 0.5", "the Python number 'scale' is baked into the graph"),
+        ("scale == 0.5", "the Python value 'scale' is baked into the graph"),
+        ("self._modules['net']._modules['1'].alpha == 2", "value 'self.net.1.alpha' is baked"),
+        ("self.param_groups[0]['lr'] == 0.001", "lr=torch.tensor(1e-3)"),
+        ("self._modules['net'].training == True", "switched between train() and eval()"),
+        ("tensor 'x' stride mismatch at index 0. expected 4, actual 1", ".contiguous()"),
+        ("___stack0 == 3.6960532665252686", "a value read on the host (.item()"),
         ("2 <= images.size()[0] <= 15", "compiled for sizes 2..15 only"),
         ("something torch adds next year", ""),
     ],

@@ -90,8 +90,8 @@ def test_one_break_allowed():
             '  1. test_graph_breaks_are_listed_at_the_users_line.py:12  print("batch", y.shape)',
             "     torch: Failed to trace builtin operator: *`print`*",
             "     fix: printing inside compiled code ends the graph there*",
-            "*::test_printing * 2 * 0 * 1 * s * over budget",
             "*::test_one_break_allowed * 2 * 0 * 1 * s * ok",
+            "*::test_printing * 2 * 0 * 1 * s * over budget",
         ]
     )
 
@@ -216,6 +216,36 @@ def test_bad_markers_fail_collection_naming_the_test(pytester, run, arguments, e
     result = run()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"*::test_x: @pytest.mark.torch_compile_budget*{error}*"])
+
+
+def test_unittest_methods_are_watched_too(pytester, run):
+    pytester.makepyfile(
+        MODELS
+        + """
+import unittest
+
+
+class TestServing(unittest.TestCase):
+    @pytest.mark.torch_compile_budget
+    def test_batches(self):
+        model = compiled(torch.nn.Linear(4, 4))
+        for batch in (8, 16):
+            model(torch.randn(batch, 4))
+
+    @pytest.mark.torch_compile_budget(recompiles=-2)
+    def test_bad_budget(self):
+        pass
+"""
+    )
+    result = run()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*::TestServing::test_batches: over its torch.compile budget*",
+            "*::TestServing::test_bad_budget: @pytest.mark.torch_compile_budget: recompiles="
+            " must be a whole number >= 0*",
+        ]
+    )
 
 
 def test_listed_in_markers_help(pytester, run):

@@ -177,9 +177,16 @@ def _recompile_block(item: Recompile) -> list[str]:
     at = f" at {item.call_site.describe()}" if item.call_site is not None else ""
     what = f"{item.function} recompiled" if item.function else "recompiled"
     lines = [f"{what}{at}"]
-    lines += [f"guard failed: {reason}" for reason in item.reasons] or [
-        "guard failed: (torch gave no reason)"
-    ]
+    if item.reasons:
+        # the newest compiled version first; older ones failed too, or it would have run
+        lines.append(f"guard failed: {item.reasons[0]}")
+        if len(item.reasons) > 1:
+            older = len(item.reasons) - 1
+            lines.append(
+                f"(and {older} older compiled version{'s' if older > 1 else ''} did not fit either)"
+            )
+    else:
+        lines.append("guard failed: (torch gave no reason)")
     fix = recompile_fix(item.reasons)
     if fix:
         lines.append(f"fix: {fix}")
@@ -297,7 +304,7 @@ def render_table(records: list[CompileRecord]) -> list[str]:
     from pytest_torch.core.tables import format_table
 
     rows = [("test", "compiles", "recompiles", "graph breaks", "compile time", "verdict")]
-    for record in records:
+    for record in sorted(records, key=lambda r: r.test):  # xdist: in finishing order
         rows.append(
             (
                 record.test,

@@ -46,14 +46,16 @@ class GraphBreak:
     fix: str
     #: torch's page on this graph break ("" when it gave none)
     link: str = ""
-    #: how many times it broke there (once per compile of the function)
+    #: how many times dynamo hit it (each compile of the function, each frame inlining it)
     count: int = 1
+    #: torch's own line where it broke, when the break is inside torch ("" otherwise)
+    inside_torch: str = ""
 
     def describe(self) -> list[str]:
-        where = (
-            self.place.describe() if self.place is not None else "(no line of yours on the stack)"
-        )
-        times = f"  [{self.count} times: once per compile]" if self.count > 1 else ""
+        where = self.place.describe() if self.place is not None else "(no line of yours found)"
+        if self.inside_torch:
+            where += f"  (inside torch: {self.inside_torch})"
+        times = f"  [hit {self.count} times]" if self.count > 1 else ""
         lines = [f"{where}{times}"]
         said = f"{self.title}: {self.explanation}" if self.explanation else self.title
         lines.append(f"torch: {said}")
@@ -85,6 +87,14 @@ def place_of_stack(stack: Sequence[Any]) -> Place | None:
     return _frame_place(own[-1][0], own[-1][1], inner)
 
 
+def torch_line(stack: Sequence[Any]) -> str:
+    """``torch/optim/optimizer.py:79``: the innermost line of a stack, inside torch."""
+    for frame in reversed(stack):
+        if frame.lineno is not None:
+            return f"{library_path(frame.filename)}:{frame.lineno}"
+    return ""
+
+
 def place_of_frame(start: FrameType | None) -> Place | None:
     """The user's line among the live frames from ``start`` outwards."""
     stack = []
@@ -110,8 +120,9 @@ _PRINT = (
 )
 _LOGGING = (
     "logging inside compiled code ends the graph there: log outside the compiled call,"
-    " skip it while compiling (`if not torch.compiler.is_compiling():`), or let torch"
-    " hoist the call: torch._dynamo.config.ignore_logging_functions.add(logger.info)"
+    " or skip it while compiling (`if not torch.compiler.is_compiling(): log.info(...)`);"
+    " torch._dynamo.config.ignore_logging_functions.add(log.info) removes the break by"
+    " dropping that call under torch.compile"
 )
 _SCALAR = (
     "reading a tensor's value on the host ({what}) leaves the graph: keep it a tensor"
@@ -128,6 +139,22 @@ _SKIPPED = (
     " outside the compiled function and pass the result in, replace it with a torch"
     " operation, or wrap it as a custom op (torch.library.custom_op) so the graph calls"
     " it whole"
+)
+_SKIPPED_ON_PURPOSE = (
+    "torch does not trace {what} on purpose: call it outside the compiled function; for"
+    " a training step, compile the model (or the forward pass and the loss) and run"
+    " optimizer.step(), zero_grad() and the LR scheduler after it, or compile"
+    " optimizer.step on its own"
+)
+_INSIDE_TORCH = (
+    "torch's own code ends the graph here on purpose: keep this call outside the compiled"
+    " function (for optimizer.step(), zero_grad() and LR schedulers: compile the model, or"
+    " the forward pass and the loss, and run them after it)"
+)
+_BACKWARD = (
+    "backward() cannot run inside the compiled function: compile the model (or the forward"
+    " pass and the loss) and call loss.backward() after it; its backward pass is still"
+    " compiled"
 )
 _BUILTIN = (
     "dynamo cannot trace the builtin {what} here: compute it outside the compiled"
@@ -180,7 +207,11 @@ def fix_for(title: str, explanation: str, hints: Sequence[str] = ()) -> str:
     if title.startswith("Call to `torch._dynamo.graph_break()`"):
         return _EXPLICIT
     if "marked as skipped" in lowered:
+        if "intentionally marked" in explanation or "should not be traced" in explanation:
+            return _SKIPPED_ON_PURPOSE.format(what=_named(explanation))
         return _SKIPPED.format(what=_named(explanation))
+    if "tensor.backward()" in lowered:
+        return _BACKWARD
     if title.startswith("Dynamic shape operator"):
         return _DYNAMIC_SHAPE
     return hints[0] if hints else ""
@@ -210,21 +241,29 @@ def parse_reason(reason: str) -> tuple[str, str, list[str], str]:
     return title, explanation, hints, link
 
 
-def graph_breaks_of(reasons: Iterable[Any]) -> list[GraphBreak]:
-    """dynamo's ``GraphCompileReason`` records -> one GraphBreak per place and type, in
-    the order they happened (a break hit again by a recompile adds to its count)."""
-    found: dict[tuple[Place | None, str], GraphBreak] = {}
-    for record in reasons:
+def graph_breaks_of(records: Iterable[tuple[Any, Place | None]]) -> list[GraphBreak]:
+    """dynamo's ``GraphCompileReason`` records, each with the user's line that led to its
+    compile -> one GraphBreak per place and type, in the order they happened (a break hit
+    again, by a recompile or a frame inlining it, adds to its count). A break inside
+    torch's own code is shown at that user's line, with torch's line beside it."""
+    found: dict[tuple[Place | None, str, str], GraphBreak] = {}
+    for record, reached_from in records:
         if not getattr(record, "graph_break", True):
             continue
         title, explanation, hints, link = parse_reason(str(getattr(record, "reason", "")))
-        place = place_of_stack(list(getattr(record, "user_stack", None) or ()))
-        key = (place, title)
+        stack = list(getattr(record, "user_stack", None) or ())
+        place = place_of_stack(stack)
+        inside = ""
+        if place is None:
+            place, inside = reached_from, torch_line(stack)
+        key = (place, title, inside)
         if key in found:
             found[key].count += 1
             continue
         fix = fix_for(title, explanation, hints)
-        found[key] = GraphBreak(place, title, explanation, fix, link)
+        if inside and (fix.startswith(_EXPLICIT[:30]) or "marked as skipped" in title):
+            fix = _INSIDE_TORCH
+        found[key] = GraphBreak(place, title, explanation, fix, link, inside_torch=inside)
     return list(found.values())
 
 
@@ -263,9 +302,20 @@ def _argument(name: str) -> str:
     return repr(name)
 
 
+_MODULE_PATH = re.compile(r"\._modules\[['\"](\w+)['\"]\]")
+
+
+def _shorter(name: str) -> str:
+    """``self._modules['net']._modules['1'].scale`` -> ``self.net.1.scale``."""
+    return _MODULE_PATH.sub(r".\1", name)
+
+
 _SIZE = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)")
 _RANGE = re.compile(r"^(\d+) <= (\S+)\.size\(\)\[(\d+)\] <= (\d+)$")
-_SCALAR_GUARD = re.compile(r"^(\w+) == ")
+_SCALAR_GUARD = re.compile(r"^(\S+) == [-+.\w]+$")
+_STACK_VALUE = re.compile(r"^___stack\d+ == ")
+_LEARNING_RATE = re.compile(r"param_groups\[\d+\]\[['\"]lr['\"]\] == ")
+_TRAINING = re.compile(r"\.training == (True|False)")
 
 
 def recompile_fix(reasons: Sequence[str]) -> str:
@@ -304,6 +354,29 @@ def recompile_fix(reasons: Sequence[str]) -> str:
                 "called both with and without torch.no_grad(): keep one grad mode for a"
                 " compiled function, or compile one for training and one for inference"
             )
+        if "stride mismatch" in reason:
+            return (
+                "an input's memory layout (its strides) changed between calls, e.g. a"
+                " transposed or sliced tensor: call .contiguous() before the call, or keep"
+                " one layout"
+            )
+        if _LEARNING_RATE.search(reason):
+            return (
+                "the learning rate is a Python number baked into the compiled optimizer"
+                " step, and the LR scheduler changed it: give the optimizer a tensor,"
+                " e.g. torch.optim.AdamW(params, lr=torch.tensor(1e-3))"
+            )
+        if _TRAINING.search(reason):
+            return (
+                "the model switched between train() and eval(): each mode compiles once;"
+                " expect one recompile per mode, or compile one model per mode"
+            )
+        if _STACK_VALUE.match(reason):
+            return (
+                "a value read on the host (.item(), .tolist(), a Python number computed"
+                " from a tensor) is baked into the code after a graph break, and it"
+                " changed: every new value compiles again until the value stays a tensor"
+            )
         if "device mismatch" in reason:
             return "an input moves between devices: keep inputs on one device"
         if "___check_obj_id" in reason or "id(" in reason:
@@ -311,10 +384,10 @@ def recompile_fix(reasons: Sequence[str]) -> str:
                 "a new object (a module, a function, a non-tensor argument) took the"
                 " place of the one compiled: reuse the same object between calls"
             )
-        scalar = _SCALAR_GUARD.search(reason)
+        scalar = _SCALAR_GUARD.match(reason)
         if scalar:
             return (
-                f"the Python number {scalar.group(1)!r} is baked into the graph and"
-                f" changed: pass it as a tensor, or keep it constant"
+                f"the Python value {_shorter(scalar.group(1))!r} is baked into the graph"
+                f" and changed: pass it as a tensor, or keep it constant"
             )
     return ""

@@ -44,6 +44,10 @@ def start(item: pytest.Item) -> CompileWatch | None:
     marker."""
     if item.get_closest_marker(MARKER) is None:
         return None
+    try:
+        budget(item)  # checked at collection, except for unittest.TestCase methods
+    except ValueError as exc:
+        pytest.fail(str(exc), pytrace=False)
     from pytest_torch.perf.compile_watch import CompileWatch
 
     watch = CompileWatch()

@@ -18,6 +18,8 @@ id, start and end), ``guard_failures`` (why a cached graph did not fit) and
 
 from __future__ import annotations
 
+import importlib
+import re
 import sys
 import time
 import warnings
@@ -105,19 +107,36 @@ def dynamo_modules() -> tuple[Any, Any, Any]:
     return dynamo, utils, callback_handler
 
 
+#: the configuration modules a watch puts back as they were (loaded at its start)
+CONFIG_MODULES = (
+    "torch._dynamo.config",
+    "torch._inductor.config",
+    "torch._functorch.config",
+    "torch.compiler.config",
+)
+#: switched off while watching: a profile of dynamic shapes kept on disk between runs
+#: (with a job id) would make counts depend on what ran before, even in another process
+PROFILE_SWITCHES = ("automatic_dynamic_local_pgo", "automatic_dynamic_remote_pgo")
+
+
 class _State:
-    """Dynamo's and inductor's configuration and the registered compile callbacks, saved
-    to be put back."""
+    """torch.compile's configuration, its stance and the registered compile callbacks,
+    saved to be put back."""
 
     def __init__(self, dynamo: Any, handler: Any) -> None:
         self.handler = handler
         self.start = list(getattr(handler, "start_callbacks", ()))
         self.end = list(getattr(handler, "end_callbacks", ()))
         self.configs = []
-        for name in ("torch._dynamo.config", "torch._inductor.config"):
-            module = sys.modules.get(name)
-            if module is not None and hasattr(module, "get_config_copy"):
+        for name in CONFIG_MODULES:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:  # pragma: no cover - an older torch
+                continue
+            if hasattr(module, "get_config_copy"):
                 self.configs.append((module, module.get_config_copy()))
+        self.eval_frame = getattr(dynamo, "eval_frame", None)
+        self.stance = getattr(self.eval_frame, "_stance", None)
 
     def restore(self) -> None:
         for module, saved in self.configs:
@@ -127,6 +146,8 @@ class _State:
                 warnings.simplefilter("ignore")
                 for key, value in changed.items():
                     setattr(module, key, value)
+        if self.stance is not None and hasattr(self.eval_frame, "_set_stance"):
+            self.eval_frame._set_stance(self.stance)
         if hasattr(self.handler, "start_callbacks"):
             self.handler.start_callbacks[:] = self.start
             self.handler.end_callbacks[:] = self.end
@@ -151,11 +172,17 @@ class CompileWatch:
         self._unimplemented: dict[str, int] = {}
         self._started: float | None = None
         self._breaks_from = 0
-        self._breaks: list[Any] = []
+        #: dynamo's graph-break records, each with the line that led to its compile
+        self._breaks: list[tuple[Any, Place | None]] = []
+        self._site: Place | None = None
+        self._own_clear: Any = None
 
     def __enter__(self) -> CompileWatch:
         dynamo, utils, handler = self._modules = dynamo_modules()
         self._state = _State(dynamo, handler)
+        for switch in PROFILE_SWITCHES:
+            if hasattr(dynamo.config, switch):
+                setattr(dynamo.config, switch, False)
         dynamo.reset()  # also empties the callback lists: ours go in after it
         self._unimplemented = dict(utils.counters["unimplemented"])
         self._follow_resets(handler)
@@ -173,7 +200,12 @@ class CompileWatch:
             self.report.graph_breaks = graph_breaks_of(self._breaks)
             self.report.limit_hits = self._limit_hits(utils)
         finally:
-            handler.__dict__.pop("clear", None)
+            # the clear of a watch around this one (assert_no_graph_breaks in a marked
+            # test) goes back, so the outer watch keeps following resets
+            if self._own_clear is None:
+                handler.__dict__.pop("clear", None)
+            else:
+                handler.clear = self._own_clear
             dynamo.reset()
             self._state.restore()
 
@@ -183,6 +215,7 @@ class CompileWatch:
         watching through it: its last step, emptying the callbacks, puts ours back and
         starts reading the emptied records from their beginning."""
         clear = handler.clear
+        self._own_clear = handler.__dict__.get("clear")
 
         def clear_and_keep_watching() -> None:
             clear()
@@ -203,7 +236,7 @@ class CompileWatch:
         dynamo's list)."""
         assert self._modules is not None
         records = self._modules[1].graph_break_reasons
-        self._breaks += records[self._breaks_from :]
+        self._breaks += [(record, self._site) for record in records[self._breaks_from :]]
         self._breaks_from = len(records)
 
     # compile callbacks: dynamo calls them once per outermost compile (nested ones are
@@ -214,13 +247,12 @@ class CompileWatch:
         if trigger != "DYNAMO":
             return  # a lazy backward compile, autotuning...: time, not a new compile
         self.report.compiles += 1
+        self._site = _caller(sys._getframe(1))
         compile_id = str(getattr(args, "compile_id", "") or "")
         reasons, function = self._new_guard_failures()
         attempt = compile_id.partition("/")[2]
         if (attempt.isdigit() and int(attempt) > 0) or (not attempt and reasons):
-            self.report.recompiles.append(
-                Recompile(compile_id, function, reasons, _caller(sys._getframe(1)))
-            )
+            self.report.recompiles.append(Recompile(compile_id, function, reasons, self._site))
 
     def _on_end(self, args: Any = None) -> None:
         self._harvest_breaks()
@@ -265,4 +297,13 @@ def _function_name(code: Any) -> str:
     name = getattr(code, "co_name", None)
     if name is None or is_internal(code.co_filename):
         return ""  # torch's wrapper around a compiled module: the call site names it
-    return f"{name} ({shown_path(code.co_filename)}:{code.co_firstlineno})"
+    where = f"{shown_path(code.co_filename)}:{code.co_firstlineno}"
+    resumed = RESUME.match(name)
+    if resumed:  # the code dynamo made for the rest of a function after a graph break
+        function, line = resumed.groups()
+        return f"{function}, after its graph break at {shown_path(code.co_filename)}:{line},"
+    return f"{name} ({where})"
+
+
+#: dynamo's name for the rest of a function after a graph break
+RESUME = re.compile(r"^torch_dynamo_resume_in_(\w+?)_at_(\d+)$")
