@@ -135,7 +135,7 @@ class _State:
                 continue
             if hasattr(module, "get_config_copy"):
                 self.configs.append((module, module.get_config_copy()))
-        self.eval_frame = getattr(dynamo, "eval_frame", None)
+        self.eval_frame: Any = getattr(dynamo, "eval_frame", None)
         self.stance = getattr(self.eval_frame, "_stance", None)
 
     def restore(self) -> None:
