@@ -145,18 +145,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = {marker.name for marker in metafunc.definition.iter_markers()}
-    if "torch_benchmark" in names:
+    if names & {"torch_benchmark", LATENCY.name, COMPILE_BUDGET.name}:
         register_once(metafunc.config, RUNNER, _Runner)
+    if "torch_benchmark" in names:
         from pytest_torch.perf.suite_runner import parametrize_suite
 
         parametrize_suite(metafunc)
     if LATENCY.name in names:
-        register_once(metafunc.config, RUNNER, _Runner)
         from pytest_torch.perf import check_runner
 
         check_runner.check_marked(metafunc)
     if COMPILE_BUDGET.name in names:
-        register_once(metafunc.config, RUNNER, _Runner)
         from pytest_torch.perf import compile_runner
 
         compile_runner.check_marked(metafunc)
@@ -174,15 +173,10 @@ class _Runner:
         try:
             yield
         except BaseException:
-            if watch is not None:
-                compile_runner.finish(item, watch, body_failed=True)
+            compile_runner.finish(item, watch, body_failed=True)
             raise
-        if watch is not None:
-            failure = compile_runner.finish(item, watch, body_failed=False)
-            if failure is not None:
-                pytest.fail(failure, pytrace=False)
-
-        failure = check_runner.budget_unused(item)
+        failure = compile_runner.finish(item, watch, body_failed=False)
+        failure = failure or check_runner.budget_unused(item)
         if failure is not None:
             pytest.fail(failure, pytrace=False)
 
