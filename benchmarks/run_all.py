@@ -30,6 +30,7 @@ BENCHMARKS = [
     ("leak_cost.py", [], ["--repeats", "5"]),
     ("determinism_cost.py", [], ["--repeats", "3"]),
     ("sync_cost.py", [], ["--repeats", "5"]),
+    ("compile_cost.py", [], ["--repeats", "2"]),
     ("xdist_threads.py", [], ["--repeats", "1"]),
 ]
 
