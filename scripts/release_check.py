@@ -37,12 +37,17 @@ SCENARIOS = [
     # (requirement, the family's distributions it must install, example files to run,
     #  documentation pages whose snippets must run)
     ("pytest-torch", ALL, ["tests"], ["index.md"]),
-    ("pytest-torch[perf]", ALL, ["tests/test_performance.py", "tests/test_benchmarks.py"], []),
+    (
+        "pytest-torch[perf]",
+        ALL,
+        ["tests/test_performance.py", "tests/test_compile.py", "tests/test_benchmarks.py"],
+        [],
+    ),
     ("pytest-torch-core", {"pytest-torch-core"}, [], ["core.md"]),
     (
         "pytest-torch-perf",
         {"pytest-torch-core", "pytest-torch-perf"},
-        ["tests/test_performance.py", "tests/test_benchmarks.py"],
+        ["tests/test_performance.py", "tests/test_compile.py", "tests/test_benchmarks.py"],
         ["performance.md", "benchmark-suites.md"],
     ),
     ("pytest-torch-memory", {"pytest-torch-core", "pytest-torch-memory"}, [], ["memory.md"]),
