@@ -214,6 +214,7 @@ def _compile_then_fail() -> None:
         torch._functorch.config.activation_memory_budget = 0.5
         torch.compiler.config.job_id = "a-test"
         torch.compiler.set_stance("force_eager")
+        torch._logging.set_logs(recompiles=True, dynamo=logging.INFO)
         _eager(lambda x: x + 1)(torch.randn(2))
         raise RuntimeError("the test's own")
 
@@ -255,6 +256,11 @@ def test_configuration_and_callbacks_are_put_back_also_after_an_error():
         assert torch._functorch.config.activation_memory_budget == 1.0
         assert torch.compiler.config.job_id is None
         assert torch._dynamo.eval_frame._stance.stance == "default"
+        from torch._logging._internal import log_state
+
+        assert "recompiles" not in log_state.artifact_names
+        assert "torch._dynamo" not in log_state.log_qname_to_level
+        assert logging.getLogger("torch._dynamo").level == logging.NOTSET
         assert mine in callback_handler.start_callbacks
         assert len(callback_handler.start_callbacks) == 1
     finally:

@@ -120,8 +120,8 @@ PROFILE_SWITCHES = ("automatic_dynamic_local_pgo", "automatic_dynamic_remote_pgo
 
 
 class _State:
-    """torch.compile's configuration, its stance and the registered compile callbacks,
-    saved to be put back."""
+    """torch.compile's configuration, its stance, torch's logging settings and the
+    registered compile callbacks, saved to be put back."""
 
     def __init__(self, dynamo: Any, handler: Any) -> None:
         self.handler = handler
@@ -137,6 +137,7 @@ class _State:
                 self.configs.append((module, module.get_config_copy()))
         self.eval_frame: Any = getattr(dynamo, "eval_frame", None)
         self.stance = getattr(self.eval_frame, "_stance", None)
+        self.logs = _log_settings()
 
     def restore(self) -> None:
         for module, saved in self.configs:
@@ -148,9 +149,31 @@ class _State:
                     setattr(module, key, value)
         if self.stance is not None and hasattr(self.eval_frame, "_set_stance"):
             self.eval_frame._set_stance(self.stance)
+        if self.logs is not None and _log_settings() != self.logs:
+            _restore_log_settings(*self.logs)
         if hasattr(self.handler, "start_callbacks"):
             self.handler.start_callbacks[:] = self.start
             self.handler.end_callbacks[:] = self.end
+
+
+def _log_settings() -> tuple[dict[str, Any], set[str]] | None:
+    """torch's logging settings (torch._logging.set_logs, TORCH_LOGS): levels by logger
+    and the artifacts switched on; None for a torch that keeps them elsewhere."""
+    internal = sys.modules.get("torch._logging._internal")
+    state = getattr(internal, "log_state", None)
+    if state is None or not hasattr(state, "log_qname_to_level"):
+        return None
+    return dict(state.log_qname_to_level), set(state.artifact_names)
+
+
+def _restore_log_settings(levels: dict[str, Any], artifacts: set[str]) -> None:
+    """What torch._logging.set_logs does, with the saved settings."""
+    internal = sys.modules["torch._logging._internal"]
+    state = internal.log_state
+    state.clear()
+    state.log_qname_to_level.update(levels)
+    state.artifact_names.update(artifacts)
+    internal._init_logs()
 
 
 def _caller(start: FrameType | None) -> Place | None:
