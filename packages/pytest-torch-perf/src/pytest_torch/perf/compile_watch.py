@@ -184,7 +184,9 @@ def _caller(start: FrameType | None) -> Place | None:
 class CompileWatch:
     """``with CompileWatch() as watch: ...`` then ``watch.report``.
 
-    Not reentrant, not thread-safe: one watch at a time, in the thread that compiles.
+    Watches nest (``assert_no_graph_breaks`` in a marked test): the inner one empties
+    dynamo's records, the outer one keeps what it read and goes on watching, and counts
+    the inner one's compiles too. Not thread-safe: the thread that compiles watches.
     """
 
     def __init__(self) -> None:
