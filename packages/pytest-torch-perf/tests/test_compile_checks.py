@@ -12,10 +12,11 @@ import pytest
 import torch
 import torch._dynamo
 
-from pytest_torch import GraphBreakError, assert_no_graph_breaks
 from pytest_torch.perf.compile_checks import (
     CompileBudget,
     CompileRecord,
+    GraphBreakError,
+    assert_no_graph_breaks,
     judge,
     parse_budget,
     render_table,
@@ -325,7 +326,7 @@ def test_a_compiled_training_step_gets_training_advice():
     assert "torch does not trace `Optimizer.zero_grad` on purpose" in message
     assert "call loss.backward() after it" in message
     # the break inside torch's optimizer is shown at the user's call, not "remove it"
-    assert "optimizer.step()  (inside torch: torch/optim/optimizer.py:" in message
+    assert "optimizer.step()  (inside torch" in message
     assert "remove it" not in message
 
 
@@ -415,6 +416,9 @@ def test_guard_reasons_lose_dynamos_bookkeeping(raw, clean):
         ("GLOBAL_STATE changed: grad_mode", "torch.no_grad()"),
         ("tensor 'x' rank mismatch. expected 2, actual 3", "number of dimensions"),
         ("scale == 0.5", "the Python value 'scale' is baked into the graph"),
+        ("self.config.use_cache == True", "the setting 'self.config.use_cache' changed"),
+        ("GLOBAL_STATE changed: autocast(cpu)_enabled", "torch.autocast was switched"),
+        ("GLOBAL_STATE changed: deterministic_algorithms", "a global torch setting"),
         ("self._modules['net']._modules['1'].alpha == 2", "value 'self.net.1.alpha' is baked"),
         ("self.param_groups[0]['lr'] == 0.001", "lr=torch.tensor(1e-3)"),
         ("self._modules['net'].training == True", "switched between train() and eval()"),

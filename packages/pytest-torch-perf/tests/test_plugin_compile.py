@@ -301,7 +301,7 @@ def test_on_a_gpu_with_the_default_backend(pytester, run):
     pytester.makepyfile(
         MODELS
         + """
-from pytest_torch import assert_no_graph_breaks
+from pytest_torch.perf import assert_no_graph_breaks
 
 
 @pytest.mark.torch_compile_budget(recompiles=0, seconds=600)

@@ -193,6 +193,19 @@ def _recompile_block(item: Recompile) -> list[str]:
     return lines
 
 
+def _recompile_blocks(recompiles: list[Recompile]) -> list[list[str]]:
+    """One block per recompile; a fix already given just above is not repeated."""
+    blocks, last_fix = [], None
+    for item in recompiles:
+        block = _recompile_block(item)
+        fix = next((line for line in block if line.startswith("fix: ")), None)
+        if fix is not None and fix == last_fix:
+            block = [line for line in block if line != fix] + ["fix: as above"]
+        last_fix = fix
+        blocks.append(block)
+    return blocks
+
+
 def judge(nodeid: str, report: CompileReport, budget: CompileBudget, marker: str) -> str | None:
     """The failure message when the test body went over its budget or compiled nothing;
     None when it kept to it."""
@@ -215,7 +228,7 @@ def judge(nodeid: str, report: CompileReport, budget: CompileBudget, marker: str
             f"recompiles: {recompiles}, allowed {budget.recompiles}"
             + (" (the recompile limit was hit)" if report.limit_hits else "")
         )
-        sections += _numbered(_recompile_block(item) for item in report.recompiles)
+        sections += _numbered(_recompile_blocks(report.recompiles))
         sections += [
             f"  {hit}: from then on it ran uncompiled, and its recompiles were no longer counted"
             for hit in report.limit_hits

@@ -54,8 +54,9 @@ class GraphBreak:
     def describe(self) -> list[str]:
         where = self.place.describe() if self.place is not None else "(no line of yours found)"
         if self.inside_torch:
-            where += f"  (inside torch: {self.inside_torch})"
-        times = f"  [hit {self.count} times]" if self.count > 1 else ""
+            inside = self.inside_torch
+            where += f"  (inside {inside})" if " " in inside else f"  (inside torch: {inside})"
+        times = f"  [in {self.count} compiles]" if self.count > 1 else ""
         lines = [f"{where}{times}"]
         said = f"{self.title}: {self.explanation}" if self.explanation else self.title
         lines.append(f"torch: {said}")
@@ -143,13 +144,16 @@ _SKIPPED = (
 _SKIPPED_ON_PURPOSE = (
     "torch does not trace {what} on purpose: call it outside the compiled function; for"
     " a training step, compile the model (or the forward pass and the loss) and run"
-    " optimizer.step(), zero_grad() and the LR scheduler after it, or compile"
-    " optimizer.step on its own"
+    " optimizer.step(), zero_grad() and the LR scheduler after it. Where you compile"
+    " them on purpose, these breaks are by design: allow them in the budget"
+    " (graph_breaks=N)"
 )
 _INSIDE_TORCH = (
-    "torch's own code ends the graph here on purpose: keep this call outside the compiled"
-    " function (for optimizer.step(), zero_grad() and LR schedulers: compile the model, or"
-    " the forward pass and the loss, and run them after it)"
+    "torch's own code ends the graph here on purpose (torch.optim does, around"
+    " optimizer.step): keep this call outside the compiled function (compile the model,"
+    " or the forward pass and the loss, and run optimizer.step(), zero_grad() and LR"
+    " schedulers after it), or, where you compile it on purpose, allow these breaks in"
+    " the budget (graph_breaks=N)"
 )
 _BACKWARD = (
     "backward() cannot run inside the compiled function: compile the model (or the forward"
@@ -166,6 +170,7 @@ _DISABLED = (
     " break in the budget"
 )
 _EXPLICIT = "an explicit torch._dynamo.graph_break() call: remove it to keep one graph"
+_EXPLICIT_TITLE = "Call to `torch._dynamo.graph_break()`"
 _DYNAMIC_SHAPE = (
     "an operator whose output size depends on the data (nonzero, masked_select,"
     " boolean indexing, unique): use a fixed-size form (torch.where with a mask), or"
@@ -204,7 +209,7 @@ def fix_for(title: str, explanation: str, hints: Sequence[str] = ()) -> str:
         return _BRANCH
     if title.startswith("Skip calling `torch.compiler.disable()`d function"):
         return _DISABLED
-    if title.startswith("Call to `torch._dynamo.graph_break()`"):
+    if title.startswith(_EXPLICIT_TITLE):
         return _EXPLICIT
     if "marked as skipped" in lowered:
         if "intentionally marked" in explanation or "should not be traced" in explanation:
@@ -246,7 +251,7 @@ def graph_breaks_of(records: Iterable[tuple[Any, Place | None]]) -> list[GraphBr
     compile -> one GraphBreak per place and type, in the order they happened (a break hit
     again, by a recompile or a frame inlining it, adds to its count). A break inside
     torch's own code is shown at that user's line, with torch's line beside it."""
-    found: dict[tuple[Place | None, str, str], GraphBreak] = {}
+    found: dict[tuple[Place | None, str], GraphBreak] = {}
     for record, reached_from in records:
         if not getattr(record, "graph_break", True):
             continue
@@ -255,13 +260,16 @@ def graph_breaks_of(records: Iterable[tuple[Any, Place | None]]) -> list[GraphBr
         place = place_of_stack(stack)
         inside = ""
         if place is None:
-            place, inside = reached_from, torch_line(stack)
-        key = (place, title, inside)
+            place, inside = reached_from, torch_line(stack) or "torch's own code"
+        elif title.startswith(_EXPLICIT_TITLE) and "graph_break" not in place.source:
+            # torch's own graph_break() (torch.optim's, say), recorded at the user's call
+            inside = "torch's own code"
+        key = (place, title)
         if key in found:
             found[key].count += 1
             continue
         fix = fix_for(title, explanation, hints)
-        if inside and (fix.startswith(_EXPLICIT[:30]) or "marked as skipped" in title):
+        if inside and (title.startswith(_EXPLICIT_TITLE) or "marked as skipped" in title):
             fix = _INSIDE_TORCH
         found[key] = GraphBreak(place, title, explanation, fix, link, inside_torch=inside)
     return list(found.values())
@@ -313,6 +321,7 @@ def _shorter(name: str) -> str:
 _SIZE = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)")
 _RANGE = re.compile(r"^(\d+) <= (\S+)\.size\(\)\[(\d+)\] <= (\d+)$")
 _SCALAR_GUARD = re.compile(r"^(\S+) == [-+.\w]+$")
+_FLAG_GUARD = re.compile(r"^(\S+) == (True|False|None|'[^']*')$")
 _STACK_VALUE = re.compile(r"^___stack\d+ == ")
 _LEARNING_RATE = re.compile(r"param_groups\[\d+\]\[['\"]lr['\"]\] == ")
 _TRAINING = re.compile(r"\.training == (True|False)")
@@ -349,6 +358,12 @@ def recompile_fix(reasons: Sequence[str]) -> str:
                 "an input needs gradients in one call and not in another: keep it the"
                 " same, or compile one function for training and one for inference"
             )
+        if "GLOBAL_STATE changed" in reason and "autocast" in reason:
+            return (
+                "torch.autocast was switched on or off around the call: each setting"
+                " compiles once; keep the compiled call always inside (or always outside)"
+                " torch.autocast, or put the autocast inside the compiled function"
+            )
         if "grad_mode" in reason:
             return (
                 "called both with and without torch.no_grad(): keep one grad mode for a"
@@ -383,6 +398,19 @@ def recompile_fix(reasons: Sequence[str]) -> str:
             return (
                 "a new object (a module, a function, a non-tensor argument) took the"
                 " place of the one compiled: reuse the same object between calls"
+            )
+        flag = _FLAG_GUARD.match(reason)
+        if flag:
+            return (
+                f"the setting {_shorter(flag.group(1))!r} changed, and the compiled code"
+                f" depends on it: each value compiles once; expect one recompile per"
+                f" setting, or compile one model per setting"
+            )
+        if "GLOBAL_STATE changed" in reason:
+            return (
+                "a global torch setting (grad mode, autocast, deterministic algorithms,"
+                " the default dtype...) differs from the one compiled with: keep it the"
+                " same around the compiled call"
             )
         scalar = _SCALAR_GUARD.match(reason)
         if scalar:

@@ -46,8 +46,11 @@ def start(item: pytest.Item) -> CompileWatch | None:
         return None
     try:
         budget(item)  # checked at collection, except for unittest.TestCase methods
+        problem = None
     except ValueError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        problem = str(exc)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
     from pytest_torch.perf.compile_watch import CompileWatch
 
     watch = CompileWatch()
