@@ -27,7 +27,7 @@ from pytest_torch.perf.compile_diagnosis import (
     parse_reason,
     recompile_fix,
 )
-from pytest_torch.perf.compile_watch import CompileReport, CompileWatch, Recompile
+from pytest_torch.perf.compile_watch import CompileReport, CompileWatch, Recompile, warm_up
 
 log = logging.getLogger("a_model")
 
@@ -339,6 +339,22 @@ def test_graph_breaks_are_counted_once_per_place():
     assert report.graph_break_count == 1
     assert report.graph_breaks[0].count == 2
     assert report.compiles == 4 and len(report.recompiles) == 2
+
+
+def test_the_one_time_start_is_paid_once_per_backend_and_never_fails():
+    traced = []
+
+    def counting(graph_module, example_inputs):
+        traced.append(graph_module)
+        return graph_module.forward
+
+    def broken(graph_module, example_inputs):
+        raise RuntimeError("no compiler here")
+
+    warm_up((counting, broken))
+    warm_up((counting, broken))
+    assert len(traced) == 1
+    torch._dynamo.reset()
 
 
 def test_hitting_the_recompile_limit_is_reported(caplog):

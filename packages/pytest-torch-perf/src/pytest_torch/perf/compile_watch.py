@@ -18,6 +18,7 @@ id, start and end), ``guard_failures`` (why a cached graph did not fit) and
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import sys
@@ -154,6 +155,33 @@ class _State:
         if hasattr(self.handler, "start_callbacks"):
             self.handler.start_callbacks[:] = self.start
             self.handler.end_callbacks[:] = self.end
+
+
+#: backends whose one-time start this process has already paid
+_WARMED: set[Any] = set()
+
+
+def _warm_up_function(x: Any) -> Any:
+    return x * 2 + 1
+
+
+def warm_up(backends: tuple[Any, ...]) -> None:
+    """Pay torch.compile's one-time start in this process (imports, the first trace, the
+    first code generation) outside any watch, once per backend: the first compile of a
+    process takes seconds longer than any later one, and a test's compile time must not
+    depend on whether it happens to be the first. A backend that cannot start here
+    (inductor without a C++ compiler, say) is left for the test to meet."""
+    import torch
+
+    for backend in backends:
+        if backend in _WARMED:
+            continue
+        _WARMED.add(backend)
+        # a backend that fails here fails in the test too, which reports it there; the
+        # deprecation warnings of torch's own imports are not the test's
+        with contextlib.suppress(Exception), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.compile(_warm_up_function, backend=backend)(torch.ones(2))
 
 
 def _log_settings() -> tuple[dict[str, Any], set[str]] | None:
