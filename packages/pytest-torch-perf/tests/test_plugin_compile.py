@@ -148,11 +148,24 @@ def test_wrong_output():
     for batch in (8, 16):  # over budget too: the test's own failure comes first
         out = compiled(torch.nn.Linear(4, 4))(torch.randn(batch, 4))
     assert out.shape == (8, 5), "the model's own check"
+
+
+@pytest.mark.torch_compile_budget
+def test_skips_itself():
+    compiled(torch.nn.Linear(4, 4))(torch.randn(8, 4))
+    pytest.skip("no data for this case")
 """
     )
-    result = run()
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["E * AssertionError: the model's own check", "*test failed"])
+    result = run("-rs")
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E * AssertionError: the model's own check",
+            "*::test_skips_itself * 1 * 0 * 0 * s * skipped",
+            "*::test_wrong_output * 2 * 1 * 0 * s * test failed",
+            "SKIPPED * no data for this case",
+        ]
+    )
     result.stdout.no_fnmatch_line("*over its torch.compile budget*")
 
 

@@ -63,26 +63,32 @@ def start(item: pytest.Item) -> CompileWatch | None:
     return watch
 
 
-def finish(item: pytest.Item, watch: CompileWatch | None, body_failed: bool) -> str | None:
+def finish(
+    item: pytest.Item, watch: CompileWatch | None, raised: BaseException | None = None
+) -> str | None:
     """Stop watching, publish the figures, and return the failure message when the body
-    passed but went over its budget (a failing body keeps its own failure). Nothing to
-    do for a test without a watch."""
+    passed but went over its budget; a body that raised (failed, or skipped itself)
+    keeps its own outcome. Nothing to do for a test without a watch."""
     if watch is None:
         return None
     from pytest_torch.perf.compile_checks import CompileRecord, judge
 
     watch.__exit__(None, None, None)
     test_budget = budget(item)
-    assert test_budget is not None  # checked at collection
-    failure = None if body_failed else judge(item.nodeid, watch.report, test_budget, MARKER)
-    if body_failed:
+    assert test_budget is not None  # checked when the watch started
+    failure = None
+    if isinstance(raised, pytest.skip.Exception):
+        verdict = "skipped"
+    elif raised is not None:
         verdict = "test failed"
-    elif failure is None:
-        verdict = "ok"
-    elif watch.report.compiles == 0:
-        verdict = "compiled nothing"
     else:
-        verdict = "over budget"
+        failure = judge(item.nodeid, watch.report, test_budget, MARKER)
+        if failure is None:
+            verdict = "ok"
+        elif watch.report.compiles == 0:
+            verdict = "compiled nothing"
+        else:
+            verdict = "over budget"
     record = CompileRecord.of(item.nodeid, watch.report, test_budget, verdict)
     item.user_properties.extend(record.to_properties())
     return failure

@@ -172,10 +172,10 @@ class _Runner:
         watch = compile_runner.start(item)
         try:
             yield
-        except BaseException:
-            compile_runner.finish(item, watch, body_failed=True)
+        except BaseException as raised:
+            compile_runner.finish(item, watch, raised)
             raise
-        failure = compile_runner.finish(item, watch, body_failed=False)
+        failure = compile_runner.finish(item, watch)
         failure = failure or check_runner.budget_unused(item)
         if failure is not None:
             pytest.fail(failure, pytrace=False)
