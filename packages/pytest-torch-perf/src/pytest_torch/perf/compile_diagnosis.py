@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from pytest_torch.perf.sync_sites import is_internal, is_library, library_path, shown_path
+from pytest_torch.perf.sync_sites import (
+    UNKNOWN,
+    is_internal,
+    is_library,
+    library_path,
+    shown_path,
+    site_of,
+)
 
 
 @dataclass(frozen=True)
@@ -48,14 +55,14 @@ class GraphBreak:
     link: str = ""
     #: how many times dynamo hit it (each compile of the function, each frame inlining it)
     count: int = 1
-    #: torch's own line where it broke, when the break is inside torch ("" otherwise)
+    #: where in torch it broke, when the break is inside torch's own code ("" otherwise):
+    #: ``torch: torch/optim/optimizer.py:79`` or ``torch's own code``
     inside_torch: str = ""
 
     def describe(self) -> list[str]:
         where = self.place.describe() if self.place is not None else "(no line of yours found)"
         if self.inside_torch:
-            inside = self.inside_torch
-            where += f"  (inside {inside})" if " " in inside else f"  (inside torch: {inside})"
+            where += f"  (inside {self.inside_torch})"
         times = f"  [in {self.count} compiles]" if self.count > 1 else ""
         lines = [f"{where}{times}"]
         said = f"{self.title}: {self.explanation}" if self.explanation else self.title
@@ -97,19 +104,12 @@ def torch_line(stack: Sequence[Any]) -> str:
 
 
 def place_of_frame(start: FrameType | None) -> Place | None:
-    """The user's line among the live frames from ``start`` outwards."""
-    stack = []
-    frame = start
-    while frame is not None:
-        stack.append(_Summary(frame.f_code.co_filename, frame.f_lineno))
-        frame = frame.f_back
-    return place_of_stack(stack[::-1])
-
-
-@dataclass(frozen=True)
-class _Summary:
-    filename: str
-    lineno: int
+    """The user's line among the live frames from ``start`` outwards (the same rule as
+    a host sync's site: the user's frame, and the library line below it)."""
+    site = site_of(start)
+    if site is UNKNOWN:
+        return None
+    return Place(site.filename, site.lineno, site.source, site.via)
 
 
 # -- graph breaks ------------------------------------------------------------------------
@@ -260,7 +260,8 @@ def graph_breaks_of(records: Iterable[tuple[Any, Place | None]]) -> list[GraphBr
         place = place_of_stack(stack)
         inside = ""
         if place is None:
-            place, inside = reached_from, torch_line(stack) or "torch's own code"
+            line = torch_line(stack)
+            place, inside = reached_from, f"torch: {line}" if line else "torch's own code"
         elif title.startswith(_EXPLICIT_TITLE) and "graph_break" not in place.source:
             # torch's own graph_break() (torch.optim's, say), recorded at the user's call
             inside = "torch's own code"

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from pytest_torch.perf.compile_watch import CompileWatch
 
 MARKER = COMPILE_BUDGET.name
+#: the budget of the test being watched, read once when its watch starts
+budget_key = pytest.StashKey["CompileBudget"]()
 
 
 def budget(node: pytest.Item | pytest.Metafunc) -> CompileBudget | None:
@@ -56,6 +58,7 @@ def start(item: pytest.Item) -> CompileWatch | None:
     # the process's first compile pays a one-time start; a time budget is judged as if
     # the test ran second, whatever ran before it (inductor only where time is judged)
     assert test_budget is not None
+    item.stash[budget_key] = test_budget
     warm_up(("eager", "inductor") if test_budget.seconds is not None else ("eager",))
 
     watch = CompileWatch()
@@ -74,8 +77,7 @@ def finish(
     from pytest_torch.perf.compile_checks import CompileRecord, judge
 
     watch.__exit__(None, None, None)
-    test_budget = budget(item)
-    assert test_budget is not None  # checked when the watch started
+    test_budget = item.stash[budget_key]
     failure = None
     if isinstance(raised, pytest.skip.Exception):
         verdict = "skipped"

@@ -25,7 +25,6 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 from pytest_torch.perf.compile_diagnosis import (
@@ -204,11 +203,6 @@ def _restore_log_settings(levels: dict[str, Any], artifacts: set[str]) -> None:
     internal._init_logs()
 
 
-def _caller(start: FrameType | None) -> Place | None:
-    """The user's line that led to a compile (innermost frame outside torch and us)."""
-    return place_of_frame(start)
-
-
 class CompileWatch:
     """``with CompileWatch() as watch: ...`` then ``watch.report``.
 
@@ -300,7 +294,7 @@ class CompileWatch:
         if trigger != "DYNAMO":
             return  # a lazy backward compile, autotuning...: time, not a new compile
         self.report.compiles += 1
-        self._site = _caller(sys._getframe(1))
+        self._site = place_of_frame(sys._getframe(1))  # the user's line that led here
         compile_id = str(getattr(args, "compile_id", "") or "")
         reasons, function = self._new_guard_failures()
         attempt = compile_id.partition("/")[2]
@@ -350,12 +344,12 @@ def _function_name(code: Any) -> str:
     name = getattr(code, "co_name", None)
     if name is None or is_internal(code.co_filename):
         return ""  # torch's wrapper around a compiled module: the call site names it
-    where = f"{shown_path(code.co_filename)}:{code.co_firstlineno}"
+    path = shown_path(code.co_filename)
     resumed = RESUME.match(name)
     if resumed:  # the code dynamo made for the rest of a function after a graph break
         function, line = resumed.groups()
-        return f"{function}, after its graph break at {shown_path(code.co_filename)}:{line},"
-    return f"{name} ({where})"
+        return f"{function}, after its graph break at {path}:{line},"
+    return f"{name} ({path}:{code.co_firstlineno})"
 
 
 #: dynamo's name for the rest of a function after a graph break
