@@ -4,8 +4,12 @@ how fast the machine compiles)."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import inspect
+import io
 import logging
+import sys
 import zlib
 
 import pytest
@@ -339,6 +343,148 @@ def test_graph_breaks_are_counted_once_per_place():
     assert report.graph_break_count == 1
     assert report.graph_breaks[0].count == 2
     assert report.compiles == 4 and len(report.recompiles) == 2
+
+
+@contextlib.contextmanager
+def _section(name: str):
+    yield name
+
+
+class _PrintsInAWithBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with _section("body"):
+            y = self.linear(x)
+            print("batch", y.shape)  # the line reported
+        return y.relu()
+
+
+class _BranchesInATryBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            y = self.linear(x)
+            if y.sum() > 0:  # the line reported
+                y = y * 2
+        except RuntimeError:
+            y = x
+        return y.relu()
+
+
+class _Tagger(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 4)
+        self.rnn = torch.nn.LSTM(4, 4, batch_first=True)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.rnn(self.embed(ids))  # the line reported
+        return hidden.mean(dim=1)
+
+
+def _graphs_made(model: torch.nn.Module, *inputs: torch.Tensor) -> int:
+    """torch's own answer: how many graphs reach the backend."""
+    graphs = []
+
+    def count(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            torch.compile(model, backend=count)(*inputs)
+    finally:
+        torch._dynamo.reset()
+    return len(graphs)
+
+
+@pytest.mark.parametrize(
+    ("model", "inputs", "source"),
+    [
+        (_PrintsInAWithBlock, (torch.randn(2, 4),), 'print("batch", y.shape)'),
+        (_BranchesInATryBlock, (torch.randn(2, 4),), "if y.sum() > 0:"),
+        (_Tagger, (torch.randint(0, 10, (2, 5)),), "hidden, _ = self.rnn(self.embed(ids))"),
+    ],
+    ids=["print-in-with", "branch-in-try", "lstm"],
+)
+def test_a_function_torch_gives_up_on_is_a_break_not_one_graph(model, inputs, source, capsys):
+    """A break torch cannot resume from makes it run the whole function uncompiled and
+    writes no graph-break record: it must not pass as one graph."""
+    graphs = _graphs_made(model(), *inputs)
+    with pytest.raises(GraphBreakError) as caught:
+        assert_no_graph_breaks(model(), *inputs)
+    message = str(caught.value)
+    assert "torch.compile broke it 1 time" in message, message
+    assert f"  {source}" in message, message
+    gave_up = f"test_compile_checks.py:{_first_line(model.forward)}) ran uncompiled"
+    assert (gave_up in message and "so all of `forward` (" in message) == (graphs == 0), (
+        graphs,
+        message,
+    )
+    with CompileWatch() as watch:
+        _eager(model())(*inputs)
+    assert watch.report.graph_break_count == 1
+    budget = CompileBudget(recompiles=0, graph_breaks=0)
+    verdict = judge("t.py::test", watch.report, budget, "torch_compile_budget")
+    assert verdict is not None and "graph breaks: 1, allowed 0" in verdict
+    capsys.readouterr()
+
+
+def _first_line(function) -> int:
+    return inspect.getsourcelines(function)[1]
+
+
+_LIBRARY = """
+import torch
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(x)
+        if y.mean() > 0:
+            y = y * 2
+        return y
+"""
+
+
+def test_a_break_inside_a_library_counts_once_at_the_users_call(tmp_path, monkeypatch):
+    """dynamo meets a library's break twice: inlined in the user's function, then when
+    it compiles the library's function on its own; one break, at the user's call."""
+    package = tmp_path / "site-packages" / "fake_graph_lib"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(_LIBRARY)
+    monkeypatch.syspath_prepend(str(package.parent))
+    monkeypatch.delitem(sys.modules, "fake_graph_lib", raising=False)
+    library = importlib.import_module("fake_graph_lib")
+
+    class UsesLibrary(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.block = library.Block()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.block(x.relu()) + 1
+
+    try:
+        with CompileWatch() as watch:
+            _eager(UsesLibrary())(torch.randn(2, 4))
+    finally:
+        sys.modules.pop("fake_graph_lib", None)
+    breaks = watch.report.graph_breaks
+    assert len(breaks) == 1, [item.describe() for item in breaks]
+    place = breaks[0].place
+    assert place is not None and place.source == "return self.block(x.relu()) + 1"
+    assert place.via == "fake_graph_lib/__init__.py:11"
 
 
 def test_the_one_time_start_is_paid_once_per_backend_and_never_fails():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import linecache
 import re
+import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -58,6 +59,9 @@ class GraphBreak:
     #: where in torch it broke, when the break is inside torch's own code ("" otherwise):
     #: ``torch: torch/optim/optimizer.py:79`` or ``torch's own code``
     inside_torch: str = ""
+    #: the function torch.compile gave up on because of this break, which then ran
+    #: uncompiled, e.g. ``forward (models.py:25)`` ("" when the graph broke and went on)
+    skipped: str = ""
 
     def describe(self) -> list[str]:
         where = self.place.describe() if self.place is not None else "(no line of yours found)"
@@ -67,6 +71,11 @@ class GraphBreak:
         lines = [f"{where}{times}"]
         said = f"{self.title}: {self.explanation}" if self.explanation else self.title
         lines.append(f"torch: {said}")
+        if self.skipped:
+            lines.append(
+                f"torch.compile could not go on after this break, so {self.skipped} ran"
+                f" uncompiled (no graph at all)"
+            )
         if self.fix:
             lines.append(f"fix: {self.fix}")
         if self.link:
@@ -246,11 +255,58 @@ def parse_reason(reason: str) -> tuple[str, str, list[str], str]:
     return title, explanation, hints, link
 
 
+@dataclass(frozen=True)
+class SkippedFrame:
+    """A frame torch.compile gave up on and ran uncompiled (dynamo's compilation metrics
+    of a compile that failed softly), in the shape of a graph-break record."""
+
+    reason: str
+    user_stack: tuple[traceback.FrameSummary, ...]
+    function: str
+
+
+def skipped_frame(metrics: Any) -> SkippedFrame | None:
+    """The SkippedFrame in one of dynamo's ``CompilationMetrics``, or None when that
+    compile made a graph, raised to the caller, or hit the recompile limit (reported on
+    its own)."""
+    if getattr(metrics, "fail_type", None) not in _SOFT_FAILURES:
+        return None
+    if getattr(metrics, "has_guarded_code", False):
+        return None
+    reason = str(getattr(metrics, "fail_reason", "") or "")
+    if any(marker in reason for marker in _LIMIT_MARKERS):
+        return None
+    stack = []
+    name = getattr(metrics, "co_name", None) or "a function"
+    defined_in, first_line = (
+        getattr(metrics, "co_filename", None),
+        getattr(metrics, "co_firstlineno", None),
+    )
+    function = "the whole compiled call"  # torch's own wrapper around it
+    if defined_in and first_line:
+        stack.append(traceback.FrameSummary(defined_in, first_line, name, line=""))
+        if not is_internal(defined_in):
+            function = f"all of `{name}` ({shown_path(defined_in)}:{first_line})"
+    failed_in = getattr(metrics, "fail_user_frame_filename", None)
+    failed_at = getattr(metrics, "fail_user_frame_lineno", None)
+    if failed_in and failed_at:
+        stack.append(traceback.FrameSummary(failed_in, failed_at, name, line=""))
+    return SkippedFrame(reason, tuple(stack), function)
+
+
+#: how dynamo fails softly: the frame runs uncompiled, the caller sees no error
+_SOFT_FAILURES = ("Unsupported", "UserError")
+#: dynamo's words when a function is recompiled more often than its limit allows
+_LIMIT_MARKERS = ("recompile limit", "cache_size_limit", "recompile_limit")
+
+
 def graph_breaks_of(records: Iterable[tuple[Any, Place | None]]) -> list[GraphBreak]:
-    """dynamo's ``GraphCompileReason`` records, each with the user's line that led to its
-    compile -> one GraphBreak per place and type, in the order they happened (a break hit
-    again, by a recompile or a frame inlining it, adds to its count). A break inside
-    torch's own code is shown at that user's line, with torch's line beside it."""
+    """dynamo's ``GraphCompileReason`` records and the frames it gave up on
+    (SkippedFrame), each with the user's line that led to its compile -> one GraphBreak
+    per place and type, in the order they happened (a break hit again, by a recompile or
+    a frame inlining it, adds to its count). A break inside torch's own code is shown at
+    that user's line, with torch's line beside it; so is a break inside an installed
+    library met again when the library's function is compiled on its own."""
     found: dict[tuple[Place | None, str], GraphBreak] = {}
     for record, reached_from in records:
         if not getattr(record, "graph_break", True):
@@ -258,6 +314,16 @@ def graph_breaks_of(records: Iterable[tuple[Any, Place | None]]) -> list[GraphBr
         title, explanation, hints, link = parse_reason(str(getattr(record, "reason", "")))
         stack = list(getattr(record, "user_stack", None) or ())
         place = place_of_stack(stack)
+        skipped = str(getattr(record, "function", "")) if isinstance(record, SkippedFrame) else ""
+        if (
+            place is not None
+            and not place.via
+            and is_library(place.filename)
+            and reached_from is not None
+            and not is_library(reached_from.filename)
+        ):
+            via = f"{library_path(place.filename)}:{place.lineno}"
+            place = Place(reached_from.filename, reached_from.lineno, reached_from.source, via)
         inside = ""
         if place is None:
             line = torch_line(stack)
@@ -267,12 +333,17 @@ def graph_breaks_of(records: Iterable[tuple[Any, Place | None]]) -> list[GraphBr
             inside = "torch's own code"
         key = (place, title)
         if key in found:
-            found[key].count += 1
+            if skipped:  # the same break, seen again as the frame it made torch give up
+                found[key].skipped = found[key].skipped or skipped
+            else:
+                found[key].count += 1
             continue
         fix = fix_for(title, explanation, hints)
         if inside and (title.startswith(_EXPLICIT_TITLE) or "marked as skipped" in title):
             fix = _INSIDE_TORCH
-        found[key] = GraphBreak(place, title, explanation, fix, link, inside_torch=inside)
+        found[key] = GraphBreak(
+            place, title, explanation, fix, link, inside_torch=inside, skipped=skipped
+        )
     return list(found.values())
 
 

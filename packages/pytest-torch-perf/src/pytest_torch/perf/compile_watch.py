@@ -33,6 +33,7 @@ from pytest_torch.perf.compile_diagnosis import (
     clean_guard_reason,
     graph_breaks_of,
     place_of_frame,
+    skipped_frame,
 )
 
 #: dynamo's message when a function is recompiled more often than its limit allows
@@ -223,6 +224,8 @@ class CompileWatch:
         self._breaks: list[tuple[Any, Place | None]] = []
         self._site: Place | None = None
         self._own_clear: Any = None
+        #: the newest of dynamo's compilation metrics already read
+        self._last_metrics: Any = None
 
     def __enter__(self) -> CompileWatch:
         dynamo, utils, handler = self._modules = dynamo_modules()
@@ -266,6 +269,7 @@ class CompileWatch:
 
         def clear_and_keep_watching() -> None:
             clear()
+            self._harvest_skips()  # reset() keeps the metrics: read them before restarting
             self._restarted()
 
         handler.clear = clear_and_keep_watching  # on the instance; removed in __exit__
@@ -277,6 +281,8 @@ class CompileWatch:
         handler.register_end_callback(self._on_end)
         self._seen = {code: len(reasons) for code, reasons in utils.guard_failures.items()}
         self._breaks_from = len(utils.graph_break_reasons)
+        metrics = _compilation_metrics(utils)
+        self._last_metrics = metrics[-1] if metrics else None
 
     def _harvest_breaks(self) -> None:
         """Keep the graph breaks recorded since the last look (before a reset empties
@@ -285,10 +291,31 @@ class CompileWatch:
         records = self._modules[1].graph_break_reasons
         self._breaks += [(record, self._site) for record in records[self._breaks_from :]]
         self._breaks_from = len(records)
+        self._harvest_skips()
+
+    def _harvest_skips(self) -> None:
+        """Keep the frames torch.compile gave up on since the last look: a graph break it
+        could not resume from (inside a ``with`` or ``try`` block, in a loop...) makes it
+        run the whole function uncompiled, and no graph-break record says so; dynamo's
+        compilation metrics of that compile do (a soft failure, no compiled code)."""
+        assert self._modules is not None
+        metrics = _compilation_metrics(self._modules[1])
+        new = metrics
+        for index in range(len(metrics) - 1, -1, -1):
+            if metrics[index] is self._last_metrics:
+                new = metrics[index + 1 :]
+                break
+        for entry in new:
+            skipped = skipped_frame(entry)
+            if skipped is not None:
+                self._breaks.append((skipped, self._site))
+        if metrics:
+            self._last_metrics = metrics[-1]
 
     # compile callbacks: dynamo calls them once per outermost compile (nested ones are
     # counted by its handler), with a CallbackArgs (compile_id, trigger) since torch 2.6
     def _on_start(self, args: Any = None) -> None:
+        self._harvest_skips()  # a compile's metrics are recorded after its end callback
         self._started = time.perf_counter()
         trigger = getattr(getattr(args, "callback_trigger", None), "name", "DYNAMO")
         if trigger != "DYNAMO":
@@ -334,6 +361,13 @@ class CompileWatch:
             if function:
                 hits = [f"{function}: {hit}" for hit in hits]
         return hits
+
+
+def _compilation_metrics(utils: Any) -> list[Any]:
+    """dynamo's metrics of its latest compiles (the newest last; it keeps the last 64),
+    or none for a torch without them."""
+    getter = getattr(utils, "get_compilation_metrics", None)
+    return list(getter()) if getter is not None else []
 
 
 def _function_name(code: Any) -> str:
