@@ -10,6 +10,7 @@ import inspect
 import io
 import logging
 import sys
+import warnings
 import zlib
 
 import pytest
@@ -100,6 +101,11 @@ def _c_extension(x: torch.Tensor) -> torch.Tensor:
     return x * (zlib.crc32(b"ab") % 3)
 
 
+def _warns(x: torch.Tensor) -> torch.Tensor:
+    warnings.warn("inputs look unnormalised", stacklevel=1)
+    return x * 2
+
+
 @torch.compiler.disable
 def _excluded(x: torch.Tensor) -> torch.Tensor:
     return x + 1
@@ -123,11 +129,15 @@ def _explicit(x: torch.Tensor) -> torch.Tensor:
         (_logs, 'log.warning("shape %s", x.shape)', "logging inside compiled code"),
         (_c_extension, 'return x * (zlib.crc32(b"ab") % 3)', "`zlib.crc32` cannot be traced"),
         (_calls_excluded, "return _excluded(x * 2) * 3", "torch.compiler.disable"),
+        (_warns, "warnings.warn(", "warnings.warn inside compiled code"),
         (_explicit, "torch._dynamo.graph_break()", "explicit torch._dynamo.graph_break()"),
     ],
 )
 def test_each_known_cause_gets_its_fix(fn, source, fix, caplog):
-    with pytest.raises(GraphBreakError) as caught, pytest.warns() if fn is _c_extension else _no():
+    with (
+        pytest.raises(GraphBreakError) as caught,
+        pytest.warns() if fn in (_c_extension, _warns) else _no(),
+    ):
         assert_no_graph_breaks(fn, torch.randn(3))
     message = str(caught.value)
     assert f"  {source}" in message, message
@@ -575,18 +585,30 @@ def test_guard_reasons_lose_dynamos_bookkeeping(raw, clean):
         ("tensor 'x' size mismatch at index 1. expected 8, actual 16", "mark_dynamic(tensor, 1)"),
         ("tensor 'x' dtype mismatch. expected Float, actual Double", "cast inputs to one dtype"),
         ("tensor 'x' requires_grad mismatch. expected requires_grad=0", "needs gradients"),
-        ("GLOBAL_STATE changed: grad_mode", "torch.no_grad()"),
+        ("GLOBAL_STATE changed: grad_mode", "torch.no_grad() or torch.inference_mode()"),
         ("tensor 'x' rank mismatch. expected 2, actual 3", "number of dimensions"),
         ("scale == 0.5", "the Python value 'scale' is baked into the graph"),
         ("self.config.use_cache == True", "the setting 'self.config.use_cache' changed"),
         ("GLOBAL_STATE changed: autocast(cpu)_enabled", "torch.autocast was switched"),
         ("GLOBAL_STATE changed: deterministic_algorithms", "a global torch setting"),
-        ("self._modules['net']._modules['1'].alpha == 2", "value 'self.net.1.alpha' is baked"),
+        ("self._modules['net']._modules['1'].alpha == 2.5", "value 'self.net.1.alpha' is baked"),
+        ("self._modules['net'].steps == 2", "allow_unspec_int_on_nn_module = True"),
+        ("n_layers == 3", "the Python int 'n_layers' is baked"),
         ("self.param_groups[0]['lr'] == 0.001", "lr=torch.tensor(1e-3)"),
         ("self._modules['net'].training == True", "switched between train() and eval()"),
         ("tensor 'x' stride mismatch at index 0. expected 4, actual 1", ".contiguous()"),
         ("___stack0 == 3.6960532665252686", "a value read on the host (.item()"),
         ("2 <= images.size()[0] <= 15", "compiled for sizes 2..15 only"),
+        ("2 <= x.size()[0]", "mark_unbacked(tensor, 0)"),
+        ("tensor 'x' size mismatch at index 0. expected 32, actual 1", "sizes 0 and 1 are"),
+        ("tensor 'k' size mismatch at index 1. expected 0, actual 1", "mark_unbacked(tensor, 1)"),
+        ("tensor 'x' size mismatch at index 0. expected 32, actual 4", "drop_last=True"),
+        (
+            "tensor 'batch['ids']' size mismatch at index 1. expected 5, actual 7",
+            "'ids']\" changes",
+        ),
+        ("tensor '___stack0' size mismatch at index 0. expected 8, actual 9", "nonzero"),
+        ("attention_mask is None", "'attention_mask' was None in one call"),
         ("something torch adds next year", ""),
     ],
 )

@@ -164,6 +164,11 @@ _INSIDE_TORCH = (
     " schedulers after it), or, where you compile it on purpose, allow these breaks in"
     " the budget (graph_breaks=N)"
 )
+_WARNING = (
+    "warnings.warn inside compiled code ends the graph there: warn outside the compiled"
+    " call, or skip it while compiling: `if not torch.compiler.is_compiling():"
+    " warnings.warn(...)`"
+)
 _BACKWARD = (
     "backward() cannot run inside the compiled function: compile the model (or the forward"
     " pass and the loss) and call loss.backward() after it; its backward pass is still"
@@ -220,6 +225,8 @@ def fix_for(title: str, explanation: str, hints: Sequence[str] = ()) -> str:
         return _DISABLED
     if title.startswith(_EXPLICIT_TITLE):
         return _EXPLICIT
+    if "marked as skipped" in lowered and "warnings.warn`" in explanation:
+        return _WARNING
     if "marked as skipped" in lowered:
         if "intentionally marked" in explanation or "should not be traced" in explanation:
             return _SKIPPED_ON_PURPOSE.format(what=_named(explanation))
@@ -390,13 +397,38 @@ def _shorter(name: str) -> str:
     return _MODULE_PATH.sub(r".\1", name)
 
 
-_SIZE = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)")
-_RANGE = re.compile(r"^(\d+) <= (\S+)\.size\(\)\[(\d+)\] <= (\d+)$")
+_SIZE = re.compile(
+    r"tensor '(.+)' size mismatch at index (\d+)(?:\. expected (\d+), actual (\d+))?"
+)
+_RANGE = re.compile(r"^(\d+) <= (\S+)\.size\(\)\[(\d+)\](?: <= (\d+))?$")
+_OPTIONAL = re.compile(r"^(\S+) is (?:not )?None$")
+_INT_GUARD = re.compile(r"^(\S+) == -?\d+$")
 _SCALAR_GUARD = re.compile(r"^(\S+) == [-+.\w]+$")
 _FLAG_GUARD = re.compile(r"^(\S+) == (True|False|None|'[^']*')$")
 _STACK_VALUE = re.compile(r"^___stack\d+ == ")
 _LEARNING_RATE = re.compile(r"param_groups\[\d+\]\[['\"]lr['\"]\] == ")
 _TRAINING = re.compile(r"\.training == (True|False)")
+
+
+def _intermediate(name: str) -> bool:
+    """dynamo's name for a value made by the code before a graph break (``___stack0``)."""
+    return name.startswith("___stack")
+
+
+_SPECIALISED = (
+    "sizes 0 and 1 are always compiled apart from other sizes (mark_dynamic and"
+    " dynamic=True do not cover them): avoid them (drop_last=True for a DataLoader's last"
+    " batch of one; a preallocated cache of fixed length rather than one that grows from"
+    " empty), or mark the dimension unbacked"
+    " before the call (torch._dynamo.decorators.mark_unbacked(tensor, {index})) if the"
+    " code never branches on that size"
+)
+_INTERMEDIATE = (
+    "a tensor made before a graph break (by nonzero, masked_select, boolean indexing...)"
+    " changes size from call to call, and the code after the break compiles again for it:"
+    " remove that graph break (a fixed-size form such as torch.where with a mask, or"
+    " torch._dynamo.config.capture_dynamic_output_shape_ops = True)"
+)
 
 
 def recompile_fix(reasons: Sequence[str]) -> str:
@@ -405,21 +437,48 @@ def recompile_fix(reasons: Sequence[str]) -> str:
         limited = _RANGE.match(reason.split(";")[0].strip())
         if limited:
             low, name, index, high = limited.groups()
+            if _intermediate(name):
+                return _INTERMEDIATE
+            if high is None and int(low) == 2:
+                return (
+                    f"dimension {index} of {_argument(name)} is dynamic for sizes of 2 and"
+                    f" more, and this call has a size of 0 or 1: "
+                    + _SPECIALISED.format(index=index)
+                )
             return (
                 f"dimension {index} of {_argument(name)} is dynamic but was compiled for"
-                f" sizes {low}..{high} only (a branch on its size, or a specialisation"
-                f" inside an operator), and this call falls outside: mark it unbacked"
-                f" (torch._dynamo.decorators.mark_unbacked(tensor, {index})) so no range is"
-                f" assumed, or allow the recompile"
+                f" sizes {low}..{high or 'up'} only (a branch on its size, or a"
+                f" specialisation inside an operator), and this call falls outside: mark it"
+                f" unbacked (torch._dynamo.decorators.mark_unbacked(tensor, {index})) so no"
+                f" range is assumed, or allow the recompile"
             )
         size = _SIZE.search(reason)
         if size:
-            name, index = size.groups()
+            name, index, expected, actual = size.groups()
+            if _intermediate(name):
+                return _INTERMEDIATE
             tensor = _argument(name)
+            if {expected, actual} & {"0", "1"}:  # (None when torch gave no sizes)
+                return (
+                    f"dimension {index} of {tensor} changes to or from a size of 0 or 1: "
+                    + _SPECIALISED.format(index=index)
+                )
+            last_batch = (
+                " (a DataLoader's last, smaller batch does this: drop_last=True avoids it)"
+                if index == "0" and expected and actual and int(actual) < int(expected)
+                else ""
+            )
             return (
-                f"dimension {index} of {tensor} changes between calls: mark it dynamic"
-                f" before the first call (torch._dynamo.mark_dynamic(tensor, {index})),"
-                f" compile with dynamic=True, or pad inputs to a few fixed sizes"
+                f"dimension {index} of {tensor} changes between calls{last_batch}: mark it"
+                f" dynamic before the first call (torch._dynamo.mark_dynamic(tensor,"
+                f" {index})), compile with dynamic=True, or pad inputs to a few fixed sizes"
+            )
+        optional = _OPTIONAL.match(reason)
+        if optional:
+            return (
+                f"{_argument(optional.group(1))} was None in one call and not in another:"
+                f" each way compiles once; pass it the same way every call (e.g. always"
+                f" a tensor, such as a mask of ones)"
             )
         if "dtype mismatch" in reason:
             return "the dtype of an input changes between calls: cast inputs to one dtype"
@@ -438,7 +497,8 @@ def recompile_fix(reasons: Sequence[str]) -> str:
             )
         if "grad_mode" in reason:
             return (
-                "called both with and without torch.no_grad(): keep one grad mode for a"
+                "called with gradients on and off (torch.no_grad() or"
+                " torch.inference_mode() around some calls): keep one grad mode for a"
                 " compiled function, or compile one for training and one for inference"
             )
         if "stride mismatch" in reason:
@@ -462,7 +522,8 @@ def recompile_fix(reasons: Sequence[str]) -> str:
             return (
                 "a value read on the host (.item(), .tolist(), a Python number computed"
                 " from a tensor) is baked into the code after a graph break, and it"
-                " changed: every new value compiles again until the value stays a tensor"
+                " changed, so that code compiled again: keep the value a tensor, so"
+                " there is no break and nothing to bake in"
             )
         if "device mismatch" in reason:
             return "an input moves between devices: keep inputs on one device"
@@ -483,6 +544,21 @@ def recompile_fix(reasons: Sequence[str]) -> str:
                 "a global torch setting (grad mode, autocast, deterministic algorithms,"
                 " the default dtype...) differs from the one compiled with: keep it the"
                 " same around the compiled call"
+            )
+        integer = _INT_GUARD.match(reason)
+        if integer:
+            name = _shorter(integer.group(1))
+            attribute = (
+                ", or, for a module attribute that only enters arithmetic,"
+                " torch._dynamo.config.allow_unspec_int_on_nn_module = True (one more"
+                " compile, then any value)"
+                if name.startswith("self.")
+                else ""
+            )
+            return (
+                f"the Python int {name!r} is baked into the graph and changed: each value"
+                f" compiles once (a loop count or a size has to be fixed); keep it"
+                f" constant{attribute}"
             )
         scalar = _SCALAR_GUARD.match(reason)
         if scalar:
