@@ -492,6 +492,7 @@ def test_a_break_inside_a_library_counts_once_at_the_users_call(tmp_path, monkey
         sys.modules.pop("fake_graph_lib", None)
     breaks = watch.report.graph_breaks
     assert len(breaks) == 1, [item.describe() for item in breaks]
+    assert breaks[0].count == 1  # one call, one break: not "[in 2 compiles]"
     place = breaks[0].place
     assert place is not None and place.source == "return self.block(x.relu()) + 1"
     assert place.via == "fake_graph_lib/__init__.py:11"

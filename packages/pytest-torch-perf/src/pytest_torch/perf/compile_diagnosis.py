@@ -315,11 +315,13 @@ def graph_breaks_of(records: Iterable[tuple[Any, Place | None]]) -> list[GraphBr
     that user's line, with torch's line beside it; so is a break inside an installed
     library met again when the library's function is compiled on its own."""
     found: dict[tuple[Place | None, str], GraphBreak] = {}
+    stacks: dict[tuple[Place | None, str], list[tuple[tuple[str, int | None], ...]]] = {}
     for record, reached_from in records:
         if not getattr(record, "graph_break", True):
             continue
         title, explanation, hints, link = parse_reason(str(getattr(record, "reason", "")))
         stack = list(getattr(record, "user_stack", None) or ())
+        lines = tuple((str(frame.filename), frame.lineno) for frame in stack)
         place = place_of_stack(stack)
         skipped = str(getattr(record, "function", "")) if isinstance(record, SkippedFrame) else ""
         if (
@@ -340,11 +342,18 @@ def graph_breaks_of(records: Iterable[tuple[Any, Place | None]]) -> list[GraphBr
             inside = "torch's own code"
         key = (place, title)
         if key in found:
+            seen = stacks[key]
             if skipped:  # the same break, seen again as the frame it made torch give up
                 found[key].skipped = found[key].skipped or skipped
-            else:
+            elif not any(
+                len(lines) < len(other) and other[-len(lines) :] == lines for other in seen
+            ):
                 found[key].count += 1
+            # else: a function inlined where it broke, compiled on its own after the
+            # break and breaking there again: the same break, met twice in one call
+            seen.append(lines)
             continue
+        stacks[key] = [lines]
         fix = fix_for(title, explanation, hints)
         if inside and (title.startswith(_EXPLICIT_TITLE) or "marked as skipped" in title):
             fix = _INSIDE_TORCH
