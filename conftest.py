@@ -121,6 +121,14 @@ def snapshot(*, python_rng: bool) -> dict[str, Any]:
 COMPILER_STATE = ("torch._dynamo.config.", "torch._inductor.config.", "torch.compile callbacks")
 
 
+def _stable_repr(value: Any) -> str:
+    """repr, with a set's elements in a fixed order: torch may put back an equal set
+    built in another order, which is no change."""
+    if isinstance(value, (set, frozenset)):
+        return f"{type(value).__name__}({sorted(repr(item) for item in value)})"
+    return repr(value)
+
+
 def _compiler_state() -> dict[str, Any]:
     """torch.compile's configuration and its registered compile callbacks, once loaded."""
     state: dict[str, Any] = {}
@@ -128,7 +136,7 @@ def _compiler_state() -> dict[str, Any]:
         module = sys.modules.get(name)
         if module is not None:
             for key, value in module.get_config_copy().items():
-                state[f"{name}.{key}"] = repr(value)
+                state[f"{name}.{key}"] = _stable_repr(value)
     callback = sys.modules.get("torch._dynamo.callback")
     if callback is not None:
         handler = callback.callback_handler
