@@ -28,7 +28,8 @@ EXPECTED: list[str | tuple[str, ...]] = [
     "not deterministic: run 2 of 5 differs from run 1",
     "Randomness-driven: the variance disappears when the RNG is reseeded before each run.",
     "First divergence: `dropout` (Dropout)",
-    "expected CheckedRegressor.forward to compile into one graph; torch.compile broke it 2 times",
+    "expected CheckedRegressor.forward to compile with no graph break;"
+    " torch.compile broke it 2 times",
     "fix: a Python `if`/`while` on a tensor's value cannot be traced: make it branchless",
     "guard failed: tensor 'features' size mismatch at index 0. expected 8, actual 16",
 ]

@@ -63,7 +63,10 @@ def assert_no_graph_breaks(fn_or_module: Callable[..., Any], *inputs: Any, **kwa
 
     target = _unwrap(fn_or_module)
 
+    graphs = []
+
     def collect(graph_module: Any, example_inputs: Any) -> Any:
+        graphs.append(graph_module)
         return graph_module.forward  # run the traced graph as it is: nothing generated
 
     with CompileWatch() as watch:
@@ -77,7 +80,13 @@ def assert_no_graph_breaks(fn_or_module: Callable[..., Any], *inputs: Any, **kwa
             f" no graph to check: {nothing_compiled_cause()}"
         )
     if report.graph_breaks:
-        raise GraphBreakError(format_graph_breaks(name, report.graph_breaks))
+        raise GraphBreakError(format_graph_breaks(name, report.graph_breaks, len(graphs)))
+    if not graphs:
+        raise GraphBreakError(
+            f"assert_no_graph_breaks: torch.compile traced {name} but made no graph: it"
+            f" found no tensor operation to compile, so there is nothing to check; pass"
+            f" the function or module that does the tensor work"
+        )
     return result
 
 
@@ -104,17 +113,31 @@ def nothing_compiled_cause() -> str:
     )
 
 
-def format_graph_breaks(name: str, breaks: list[GraphBreak]) -> str:
+def format_graph_breaks(name: str, breaks: list[GraphBreak], graphs: int | None = None) -> str:
+    """The failure of assert_no_graph_breaks; ``graphs``: how many graphs torch made."""
     count = sum(item.count for item in breaks)
-    lines = [
-        f"expected {name} to compile into one graph; torch.compile broke it {count}"
-        f" time{'s' if count != 1 else ''}:"
-    ]
+    times = f"{count} time{'s' if count != 1 else ''}"
+    if graphs == 1 and not any(item.skipped for item in breaks):
+        head = (
+            f"expected {name} to compile with no graph break; torch.compile broke it"
+            f" {times} (it still made one graph: {'the break' if count == 1 else 'they'}"
+            f" fell outside its tensor work, so nothing was split on this call), and"
+            f" fullgraph=True and torch.export fail on {'it' if count == 1 else 'them'}:"
+        )
+    else:
+        made = (
+            ""
+            if graphs is None
+            else f" and made {graphs or 'no'} graph{'s' if graphs != 1 else ''}"
+        )
+        head = f"expected {name} to compile into one graph; torch.compile broke it {times}{made}:"
+    lines = [head]
     lines += _numbered(item.describe() for item in breaks)
-    lines.append(
-        "Each break runs the code around it in Python between graphs, and stops the"
-        " compiler from optimising across it."
-    )
+    if not head.startswith(f"expected {name} to compile with no graph break"):
+        lines.append(
+            "Each break runs the code around it in Python between graphs, and stops the"
+            " compiler from optimising across it."
+        )
     return "\n".join(lines)
 
 

@@ -74,7 +74,7 @@ class GraphBreak:
         if self.skipped:
             lines.append(
                 f"torch.compile could not go on after this break, so {self.skipped} ran"
-                f" uncompiled (no graph at all)"
+                f" uncompiled (functions it calls may still compile on their own)"
             )
         if self.fix:
             lines.append(f"fix: {self.fix}")
@@ -165,9 +165,9 @@ _INSIDE_TORCH = (
     " the budget (graph_breaks=N)"
 )
 _WARNING = (
-    "warnings.warn inside compiled code ends the graph there: warn outside the compiled"
-    " call, or skip it while compiling: `if not torch.compiler.is_compiling():"
-    " warnings.warn(...)`"
+    "the warnings module (warnings.warn, catch_warnings, simplefilter) cannot be traced,"
+    " so the graph ends there: warn or filter warnings outside the compiled call, or"
+    " skip it while compiling: `if not torch.compiler.is_compiling(): warnings.warn(...)`"
 )
 _BACKWARD = (
     "backward() cannot run inside the compiled function: compile the model (or the forward"
@@ -225,7 +225,7 @@ def fix_for(title: str, explanation: str, hints: Sequence[str] = ()) -> str:
         return _DISABLED
     if title.startswith(_EXPLICIT_TITLE):
         return _EXPLICIT
-    if "marked as skipped" in lowered and "warnings.warn`" in explanation:
+    if "marked as skipped" in lowered and "`_warnings." in explanation:
         return _WARNING
     if "marked as skipped" in lowered:
         if "intentionally marked" in explanation or "should not be traced" in explanation:
@@ -293,7 +293,7 @@ def skipped_frame(metrics: Any) -> SkippedFrame | None:
     if defined_in and first_line:
         stack.append(traceback.FrameSummary(defined_in, first_line, name, line=""))
         if not is_internal(defined_in):
-            function = f"all of `{name}` ({shown_path(defined_in)}:{first_line})"
+            function = f"`{name}` ({shown_path(defined_in)}:{first_line})"
     failed_in = getattr(metrics, "fail_user_frame_filename", None)
     failed_at = getattr(metrics, "fail_user_frame_lineno", None)
     if failed_in and failed_at:
@@ -341,6 +341,13 @@ def graph_breaks_of(records: Iterable[tuple[Any, Place | None]]) -> list[GraphBr
             # torch's own graph_break() (torch.optim's, say), recorded at the user's call
             inside = "torch's own code"
         key = (place, title)
+        if skipped and key not in found:
+            # torch gave up on the frame because of a break already listed at this line
+            # (its own reason is then a consequence, e.g. "Reconstruction failure")
+            earlier = next((item for item in found.values() if item.place == place), None)
+            if earlier is not None:
+                earlier.skipped = earlier.skipped or skipped
+                continue
         if key in found:
             seen = stacks[key]
             if skipped:  # the same break, seen again as the frame it made torch give up
