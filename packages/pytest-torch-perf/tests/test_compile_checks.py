@@ -642,22 +642,48 @@ def test_guard_reasons_lose_dynamos_bookkeeping(raw, clean):
         ("tensor 'x' requires_grad mismatch. expected requires_grad=0", "needs gradients"),
         ("GLOBAL_STATE changed: grad_mode", "torch.no_grad() or torch.inference_mode()"),
         ("tensor 'x' rank mismatch. expected 2, actual 3", "number of dimensions"),
-        ("scale == 0.5", "the Python value 'scale' is baked into the graph"),
+        ("scale == 0.5", "torch compiles once more with it as a dynamic value"),
+        ("n == 2; n == 1", "'n' sets a loop count, a size or a branch"),
+        ("G['SCALE'] == 1", "the global 'SCALE' is baked into the graph"),
+        ("len(xs) == 2", "the length of 'xs' (a list, tuple or dict)"),
+        ("cfg['scale'] == 1", "or pass it as a tensor (torch.tensor(value))"),
         ("self.config.use_cache == True", "the setting 'self.config.use_cache' changed"),
         ("GLOBAL_STATE changed: autocast(cpu)_enabled", "torch.autocast was switched"),
         ("GLOBAL_STATE changed: deterministic_algorithms", "a global torch setting"),
         ("self._modules['net']._modules['1'].alpha == 2.5", "value 'self.net.1.alpha' is baked"),
         ("self._modules['net'].steps == 2", "allow_unspec_int_on_nn_module = True"),
-        ("n_layers == 3", "the Python int 'n_layers' is baked"),
+        ("n_layers == 3", "the Python int 'n_layers' was baked"),
         ("self.param_groups[0]['lr'] == 0.001", "lr=torch.tensor(1e-3)"),
         ("self._modules['net'].training == True", "switched between train() and eval()"),
         ("tensor 'x' stride mismatch at index 0. expected 4, actual 1", ".contiguous()"),
+        ("tensor 'k' stride mismatch at index 0. expected 8, actual 16", "a preallocated"),
+        (
+            "tensor 'args[0]' dispatch key set mismatch. expected DispatchKeySet(CPU,"
+            " BackendSelect, ADInplaceOrView, AutogradCPU), actual DispatchKeySet(CPU,"
+            " BackendSelect)",
+            "under torch.inference_mode() (an inference tensor)",
+        ),
+        (
+            "tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, AutogradCPU),"
+            " actual DispatchKeySet(CPU, Conjugate, AutogradCPU)",
+            ".resolve_conj()",
+        ),
+        ("self.param_groups[0]['betas'][0] == 0.95", "cycle_momentum=False"),
+        ("self.param_groups[0]['momentum'] == 0.85", "cycle_momentum=False"),
+        ("CodeGuardAccessor: Not a function on act.__code__", "passed as 'act'"),
+        (
+            "expected type of 'bias' to be a tensor type, but found <class 'NoneType'>",
+            "'bias' was None in one call and not in another",
+        ),
         ("___stack0 == 3.6960532665252686", "a value read on the host (.item()"),
-        ("2 <= images.size()[0] <= 15", "compiled for sizes 2..15 only"),
+        ("2 <= images.size()[0] <= 15", "holds only for sizes 2..15"),
+        ("2 <= x.size()[1] <= 128", "torch.cond"),
+        ("16 <= x.size()[0]", "min= or max= given to mark_dynamic"),
         ("2 <= x.size()[0]", "mark_unbacked(tensor, 0)"),
         ("tensor 'x' size mismatch at index 0. expected 32, actual 1", "sizes 0 and 1 are"),
         ("tensor 'k' size mismatch at index 1. expected 0, actual 1", "mark_unbacked(tensor, 1)"),
         ("tensor 'x' size mismatch at index 0. expected 32, actual 4", "drop_last=True"),
+        ("tensor 'x' size mismatch at index 0. expected 4, actual 32", "mark_dynamic(tensor, 0)"),
         (
             "tensor 'batch['ids']' size mismatch at index 1. expected 5, actual 7",
             "'ids']\" changes",
@@ -668,8 +694,49 @@ def test_guard_reasons_lose_dynamos_bookkeeping(raw, clean):
     ],
 )
 def test_recompile_fixes(reason, fix):
-    found = recompile_fix([reason])
+    found = recompile_fix(reason.split("; "))
     assert (fix in found) if fix else found == ""
+
+
+def test_a_growing_batch_is_no_last_batch():
+    assert "drop_last" not in recompile_fix(
+        ["tensor 'x' size mismatch at index 0. expected 4, actual 32"]
+    )
+
+
+def test_a_range_guard_is_not_answered_with_mark_unbacked():
+    # marking it unbacked turns a branch on the size into a graph break
+    assert "mark_unbacked" not in recompile_fix(["2 <= x.size()[1] <= 128"])
+
+
+def test_with_graph_breaks_the_size_fix_is_maybe_mark_dynamic():
+    reason = ["tensor 'scores' size mismatch at index 0. expected 8, actual 16"]
+    assert "torch._dynamo.mark_dynamic(tensor, 0)" in recompile_fix(reason)
+    assert "maybe_mark_dynamic(tensor, 0)" in recompile_fix(reason, broken=True)
+
+
+def test_after_a_break_a_tensor_made_before_it_is_not_an_argument():
+    reason = ["tensor 'pos' size mismatch at index 0. expected 29, actual 32"]
+    assert "made before a graph break" in recompile_fix(reason, frozenset({"scores"}))
+    reason = ["tensor 'scores' size mismatch at index 0. expected 29, actual 32"]
+    assert "mark it dynamic" in recompile_fix(reason, frozenset({"scores"}))
+
+
+def test_the_code_after_a_break_knows_its_functions_parameters():
+    def positive_mean(scores: torch.Tensor, *, scale: float = 2.0) -> torch.Tensor:
+        pos = scores[scores > 0]
+        print("n positive", pos.shape[0])
+        return pos.mean() * scale
+
+    compiled = _eager(positive_mean)
+    with contextlib.redirect_stdout(io.StringIO()), CompileWatch() as watch:
+        for size in (64, 65, 66, 67):
+            compiled(torch.randn(size))
+    after = [item for item in watch.report.recompiles if "after its graph break" in item.function]
+    assert after, [item.function for item in watch.report.recompiles]
+    assert {item.after_break_parameters for item in after} == {frozenset({"scores", "scale"})}
+    whole = [item for item in watch.report.recompiles if item not in after]
+    assert all(item.after_break_parameters is None for item in whole)
 
 
 # -- the budget ------------------------------------------------------------------------------

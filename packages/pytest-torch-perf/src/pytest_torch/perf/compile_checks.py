@@ -196,7 +196,7 @@ def _seconds(value: float) -> str:
     return f"{value:.3g} s" if value < 100 else f"{value:.0f} s"
 
 
-def _recompile_block(item: Recompile) -> list[str]:
+def _recompile_block(item: Recompile, broken: bool) -> list[str]:
     at = f" at {item.call_site.describe()}" if item.call_site is not None else ""
     what = f"{item.function} recompiled" if item.function else "recompiled"
     lines = [f"{what}{at}"]
@@ -210,17 +210,17 @@ def _recompile_block(item: Recompile) -> list[str]:
             )
     else:
         lines.append("guard failed: (torch gave no reason)")
-    fix = recompile_fix(item.reasons)
+    fix = recompile_fix(item.reasons, item.after_break_parameters, broken)
     if fix:
         lines.append(f"fix: {fix}")
     return lines
 
 
-def _recompile_blocks(recompiles: list[Recompile]) -> list[list[str]]:
+def _recompile_blocks(recompiles: list[Recompile], broken: bool) -> list[list[str]]:
     """One block per recompile; a fix already given just above is not repeated."""
     blocks, last_fix = [], None
     for item in recompiles:
-        block = _recompile_block(item)
+        block = _recompile_block(item, broken)
         fix = next((line for line in block if line.startswith("fix: ")), None)
         if fix is not None and fix == last_fix:
             block = [line for line in block if line != fix] + ["fix: as above"]
@@ -251,7 +251,7 @@ def judge(nodeid: str, report: CompileReport, budget: CompileBudget, marker: str
             f"recompiles: {recompiles}, allowed {budget.recompiles}"
             + (" (the recompile limit was hit)" if report.limit_hits else "")
         )
-        sections += _numbered(_recompile_blocks(report.recompiles))
+        sections += _numbered(_recompile_blocks(report.recompiles, bool(report.graph_breaks)))
         sections += [
             f"  {hit}: from then on it ran uncompiled, and its recompiles were no longer counted"
             for hit in report.limit_hits

@@ -12,7 +12,7 @@ from __future__ import annotations
 import linecache
 import re
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -384,7 +384,8 @@ def clean_guard_reason(text: str) -> str:
     # several failed guards of one cached graph come joined by "; ", each with its comment
     parts = [_SOURCE_COMMENT.sub("", part).strip() for part in re.split(r";\s+(?=\S)", first)]
     kept = [part for part in parts if part and not part.startswith(("to avoid", "#"))]
-    return "; ".join(kept) if kept else first
+    cleaned = "; ".join(kept) if kept else first
+    return cleaned.replace("tensor type, ' but found", "tensor type, but found")
 
 
 _POSITIONAL = re.compile(r"^args\[(\d+)\]$")
@@ -418,6 +419,9 @@ _SIZE = re.compile(
 )
 _RANGE = re.compile(r"^(\d+) <= (\S+)\.size\(\)\[(\d+)\](?: <= (\d+))?$")
 _OPTIONAL = re.compile(r"^(\S+) is (?:not )?None$")
+_NONE_FOR_TENSOR = re.compile(r"expected type of '(.+)' to be a tensor type.*NoneType")
+_NOT_A_FUNCTION = re.compile(r"Not a function on (\S+?)\.__code__")
+_MOMENTUM = re.compile(r"param_groups\[\d+\]\[['\"](betas|momentum)['\"]\]")
 _INT_GUARD = re.compile(r"^(\S+) == -?\d+$")
 _SCALAR_GUARD = re.compile(r"^(\S+) == [-+.\w]+$")
 _FLAG_GUARD = re.compile(r"^(\S+) == (True|False|None|'[^']*')$")
@@ -440,15 +444,101 @@ _SPECIALISED = (
     " code never branches on that size"
 )
 _INTERMEDIATE = (
-    "a tensor made before a graph break (by nonzero, masked_select, boolean indexing...)"
-    " changes size from call to call, and the code after the break compiles again for it:"
-    " remove that graph break (a fixed-size form such as torch.where with a mask, or"
-    " torch._dynamo.config.capture_dynamic_output_shape_ops = True)"
+    "a tensor made before a graph break (by nonzero, masked_select or boolean indexing,"
+    " or computed from an input whose size changes) changes size from call to call, and"
+    " the code after the break compiles again for it: compile with dynamic=True, or"
+    " remove that graph break (for nonzero and the like, a fixed-size form such as"
+    " torch.where with a mask, or torch._dynamo.config.capture_dynamic_output_shape_ops"
+    " = True)"
 )
 
 
-def recompile_fix(reasons: Sequence[str]) -> str:
-    """What stops this kind of recompile (the first reason that has a known fix)."""
+def _repeated(reasons: Sequence[str]) -> bool:
+    """Two compiled versions failed on the same Python number: torch already tried it as
+    a dynamic value, and the code specialised it again."""
+    names = [m.group(1) for m in map(_SCALAR_GUARD.match, reasons) if m]
+    return len(names) != len(set(names))
+
+
+def _number_fix(name: str, integer: bool, repeated: bool) -> str:
+    """A Python int or float baked into the graph changed.  torch bakes in a module's
+    attributes and globals for good; an argument it retries once as a dynamic value."""
+    kind = "int" if integer else "number"
+    shown = _shorter(name)
+    if shown.startswith("self."):
+        if not integer:
+            return (
+                f"the Python value {shown!r} is baked into the graph and changed: each"
+                f" value compiles once; pass it as a tensor, or keep it constant"
+            )
+        return (
+            f"the Python int {shown!r} is baked into the graph and changed: each value"
+            f" compiles once (a loop count or a size has to be fixed); keep it constant,"
+            f" or, for a module attribute that only enters arithmetic,"
+            f" torch._dynamo.config.allow_unspec_int_on_nn_module = True (one more"
+            f" compile, then any value)"
+        )
+    if shown.startswith("len(") and shown.endswith(")"):
+        return (
+            f"the length of {shown[4:-1]!r} (a list, tuple or dict) is baked into the"
+            f" graph and changed: each length compiles once; keep it fixed, or pass one"
+            f" tensor instead (torch.stack the items before the call)"
+        )
+    if shown.startswith("G["):
+        return (
+            f"the global {shown[3:-2]!r} is baked into the graph and changed: each value"
+            f" compiles once; keep it constant, or pass it to the compiled function as an"
+            f" argument (torch then compiles once more with it dynamic, for every value)"
+        )
+    if repeated:
+        return (
+            f"the Python {kind} {shown!r} sets a loop count, a size or a branch, so every"
+            f" new value compiles again, even after torch made it dynamic: keep it to a"
+            f" few values (one compile each), or make that work independent of it"
+        )
+    return (
+        f"the Python {kind} {shown!r} was baked into the graph and changed: torch compiles"
+        f" once more with it as a dynamic value, which then serves every value. Allow"
+        f" this one recompile, or avoid it: compile with dynamic=True, or pass it as a"
+        f" tensor (torch.tensor(value))"
+    )
+
+
+_AUTOGRAD_KEY = re.compile(r"Autograd\w*")
+
+
+def _dispatch_key_fix(reason: str) -> str:
+    """An input is another kind of tensor than the one compiled for."""
+    expected, _, actual = reason.partition("actual")
+    if bool(_AUTOGRAD_KEY.search(expected)) != bool(_AUTOGRAD_KEY.search(actual)):
+        return (
+            "an input made under torch.inference_mode() (an inference tensor) took the"
+            " place of an ordinary tensor, or the other way round: each kind compiles"
+            " once; make every call's inputs the same way (all under"
+            " torch.inference_mode(), or use torch.no_grad() instead of it)"
+        )
+    if ("Conjugate" in expected) != ("Conjugate" in actual) or ("Negative" in expected) != (
+        "Negative" in actual
+    ):
+        return (
+            "an input is a conjugated or negated view (x.conj()) in one call and not in"
+            " another: call .resolve_conj() / .resolve_neg() before the call"
+        )
+    return (
+        "an input is another kind of tensor than the one compiled for (a tensor subclass,"
+        " a view of another kind, another backend): pass the same kind every call"
+    )
+
+
+def recompile_fix(
+    reasons: Sequence[str],
+    after_break_parameters: Collection[str] | None = None,
+    broken: bool = False,
+) -> str:
+    """What stops this kind of recompile (the first reason that has a known fix).
+    ``after_break_parameters``: for the code after a graph break, the parameter names
+    of its function (any other tensor there was made before the break); ``broken``:
+    the compiled code has graph breaks."""
     for reason in reasons:
         limited = _RANGE.match(reason.split(";")[0].strip())
         if limited:
@@ -462,16 +552,20 @@ def recompile_fix(reasons: Sequence[str]) -> str:
                     + _SPECIALISED.format(index=index)
                 )
             return (
-                f"dimension {index} of {_argument(name)} is dynamic but was compiled for"
-                f" sizes {low}..{high or 'up'} only (a branch on its size, or a"
-                f" specialisation inside an operator), and this call falls outside: mark it"
-                f" unbacked (torch._dynamo.decorators.mark_unbacked(tensor, {index})) so no"
-                f" range is assumed, or allow the recompile"
+                f"dimension {index} of {_argument(name)} is dynamic, but the compiled code"
+                f" holds only for sizes {low}..{high or 'up'}, and this call falls outside."
+                f" The bound comes from a branch on that size in the code (e.g. `if"
+                f" x.shape[{index}] > {high or low}:`: each side compiles once; allow the"
+                f" recompile, or torch.cond to keep both sides in one graph), from min= or"
+                f" max= given to mark_dynamic (widen them), or from an operator that treats"
+                f" some sizes apart (allow the recompile)"
             )
         size = _SIZE.search(reason)
         if size:
             name, index, expected, actual = size.groups()
-            if _intermediate(name):
+            if _intermediate(name) or (
+                after_break_parameters is not None and name not in after_break_parameters
+            ):
                 return _INTERMEDIATE
             tensor = _argument(name)
             if {expected, actual} & {"0", "1"}:  # (None when torch gave no sizes)
@@ -480,16 +574,22 @@ def recompile_fix(reasons: Sequence[str]) -> str:
                     + _SPECIALISED.format(index=index)
                 )
             last_batch = (
-                " (a DataLoader's last, smaller batch does this: drop_last=True avoids it)"
+                " (if this is a DataLoader's last, smaller batch, drop_last=True avoids it)"
                 if index == "0" and expected and actual and int(actual) < int(expected)
                 else ""
             )
+            mark = (
+                f"torch._dynamo.maybe_mark_dynamic(tensor, {index}): with graph breaks,"
+                f" mark_dynamic fails when the code after a break fixes that size"
+                if broken
+                else f"torch._dynamo.mark_dynamic(tensor, {index})"
+            )
             return (
                 f"dimension {index} of {tensor} changes between calls{last_batch}: mark it"
-                f" dynamic before the first call (torch._dynamo.mark_dynamic(tensor,"
-                f" {index})), compile with dynamic=True, or pad inputs to a few fixed sizes"
+                f" dynamic before the first call ({mark}), compile with dynamic=True, or"
+                f" pad inputs to a few fixed sizes"
             )
-        optional = _OPTIONAL.match(reason)
+        optional = _OPTIONAL.match(reason) or _NONE_FOR_TENSOR.search(reason)
         if optional:
             return (
                 f"{_argument(optional.group(1))} was None in one call and not in another:"
@@ -519,9 +619,22 @@ def recompile_fix(reasons: Sequence[str]) -> str:
             )
         if "stride mismatch" in reason:
             return (
-                "an input's memory layout (its strides) changed between calls, e.g. a"
-                " transposed or sliced tensor: call .contiguous() before the call, or keep"
-                " one layout"
+                "an input's strides changed between calls. Either its layout changed (a"
+                " transposed, permuted or sliced view: call .contiguous() before the call,"
+                " or keep one layout), or it is contiguous and a size it has changed (a"
+                " tensor that grows, such as a cache, whose size is marked dynamic or"
+                " unbacked): then torch compiles once more with the strides dynamic too;"
+                " allow that recompile, or use a preallocated tensor of fixed size"
+            )
+        if "dispatch key set mismatch" in reason:
+            return _dispatch_key_fix(reason)
+        if _MOMENTUM.search(reason):
+            return (
+                "the optimizer's momentum (betas or momentum) is a Python number baked"
+                " into the compiled optimizer step, and a scheduler changes it every step"
+                " (OneCycleLR and CyclicLR do, with cycle_momentum=True; they write Python"
+                " numbers, so tensor betas do not help): pass cycle_momentum=False, or"
+                " leave the optimizer step uncompiled"
             )
         if _LEARNING_RATE.search(reason):
             return (
@@ -543,6 +656,14 @@ def recompile_fix(reasons: Sequence[str]) -> str:
             )
         if "device mismatch" in reason:
             return "an input moves between devices: keep inputs on one device"
+        function = _NOT_A_FUNCTION.search(reason)
+        if function:
+            return (
+                f"a different function was passed as {_shorter(function.group(1))!r}"
+                f" (here one that is not a Python function, such as a builtin or a C"
+                f" function): each function compiles once; pass the same one every call,"
+                f" or expect one compile per function"
+            )
         if "___check_obj_id" in reason or "id(" in reason:
             return (
                 "a new object (a module, a function, a non-tensor argument) took the"
@@ -561,25 +682,9 @@ def recompile_fix(reasons: Sequence[str]) -> str:
                 " the default dtype...) differs from the one compiled with: keep it the"
                 " same around the compiled call"
             )
-        integer = _INT_GUARD.match(reason)
-        if integer:
-            name = _shorter(integer.group(1))
-            attribute = (
-                ", or, for a module attribute that only enters arithmetic,"
-                " torch._dynamo.config.allow_unspec_int_on_nn_module = True (one more"
-                " compile, then any value)"
-                if name.startswith("self.")
-                else ""
-            )
-            return (
-                f"the Python int {name!r} is baked into the graph and changed: each value"
-                f" compiles once (a loop count or a size has to be fixed); keep it"
-                f" constant{attribute}"
-            )
-        scalar = _SCALAR_GUARD.match(reason)
-        if scalar:
-            return (
-                f"the Python value {_shorter(scalar.group(1))!r} is baked into the graph"
-                f" and changed: pass it as a tensor, or keep it constant"
+        number = _INT_GUARD.match(reason) or _SCALAR_GUARD.match(reason)
+        if number:
+            return _number_fix(
+                number.group(1), _INT_GUARD.match(reason) is not None, _repeated(reasons)
             )
     return ""

@@ -48,6 +48,9 @@ class Recompile:
     function: str
     reasons: list[str]
     call_site: Place | None
+    #: for the code after a graph break: its function's parameter names (any other
+    #: tensor it takes was made before the break); None for a whole function
+    after_break_parameters: frozenset[str] | None = None
 
 
 @dataclass
@@ -323,10 +326,12 @@ class CompileWatch:
         self.report.compiles += 1
         self._site = place_of_frame(sys._getframe(1))  # the user's line that led here
         compile_id = str(getattr(args, "compile_id", "") or "")
-        reasons, function = self._new_guard_failures()
+        reasons, function, parameters = self._new_guard_failures()
         attempt = compile_id.partition("/")[2]
         if (attempt.isdigit() and int(attempt) > 0) or (not attempt and reasons):
-            self.report.recompiles.append(Recompile(compile_id, function, reasons, self._site))
+            self.report.recompiles.append(
+                Recompile(compile_id, function, reasons, self._site, parameters)
+            )
 
     def _on_end(self, args: Any = None) -> None:
         self._harvest_breaks()
@@ -334,20 +339,23 @@ class CompileWatch:
             self.report.seconds += time.perf_counter() - self._started
             self._started = None
 
-    def _new_guard_failures(self) -> tuple[list[str], str]:
+    def _new_guard_failures(self) -> tuple[list[str], str, frozenset[str] | None]:
         """The guard failures recorded since the last compile started (why the cached
-        graphs did not fit the call being compiled now), and the function's name."""
+        graphs did not fit the call being compiled now), the function's name, and for
+        the code after a graph break its function's parameters."""
         assert self._modules is not None
         utils = self._modules[1]
         reasons: list[str] = []
         function = ""
+        parameters = None
         for code, failures in list(utils.guard_failures.items()):
             seen = self._seen.get(code, 0)
             if len(failures) > seen:
                 function = _function_name(code)
+                parameters = _parameters_after_break(code)
                 reasons += [clean_guard_reason(text) for text in failures[seen:]]
             self._seen[code] = len(failures)
-        return list(dict.fromkeys(reasons)), function
+        return list(dict.fromkeys(reasons)), function, parameters
 
     def _limit_hits(self, utils: Any) -> list[str]:
         hits = []
@@ -357,7 +365,7 @@ class CompileWatch:
             ):
                 hits.append(text.splitlines()[0])
         if hits:
-            _, function = self._new_guard_failures()
+            _, function, _ = self._new_guard_failures()
             if function:
                 hits = [f"{function}: {hit}" for hit in hits]
         return hits
@@ -388,3 +396,28 @@ def _function_name(code: Any) -> str:
 
 #: dynamo's name for the rest of a function after a graph break
 RESUME = re.compile(r"^torch_dynamo_resume_in_(\w+?)_at_(\d+)$")
+
+
+def _parameters_after_break(code: Any) -> frozenset[str] | None:
+    """For the code dynamo made for the rest of a function after a graph break, the
+    parameter names of that function (found through dynamo's record of the code it was
+    made from); None for any other code, or when torch keeps no such record."""
+    if not RESUME.match(getattr(code, "co_name", "")):
+        return None
+    try:
+        from torch._dynamo.resume_execution import ContinueExecutionCache
+
+        made_from = ContinueExecutionCache.generated_code_metadata
+        original = code
+        for _ in range(64):  # the rest after a second break is made from the first rest
+            meta = made_from.get(original)
+            if meta is None:
+                break
+            original = meta.code
+    except Exception:  # a torch without this record: no guess
+        return None
+    if original is code or RESUME.match(original.co_name):
+        return None
+    count = original.co_argcount + original.co_kwonlyargcount
+    count += bool(original.co_flags & 0x04) + bool(original.co_flags & 0x08)  # *args, **kw
+    return frozenset(original.co_varnames[:count])
