@@ -643,14 +643,31 @@ def test_guard_reasons_lose_dynamos_bookkeeping(raw, clean):
         ("GLOBAL_STATE changed: grad_mode", "torch.no_grad() or torch.inference_mode()"),
         ("tensor 'x' rank mismatch. expected 2, actual 3", "number of dimensions"),
         ("scale == 0.5", "torch compiles once more with it as a dynamic value"),
-        ("n == 2; n == 1", "'n' sets a loop count, a size or a branch"),
-        ("G['SCALE'] == 1", "the global 'SCALE' is baked into the graph"),
+        ("n == 2; n == 1", "'n' is fixed by the code it enters"),
+        ("G['cfg'].temperature == 1.0", "'cfg.temperature' was baked into the graph"),
+        ("G['cfg'].steps == 3", "the global int 'cfg.steps' is baked"),
+        ("___stack0.stop == 3", "capture_scalar_outputs = True with dynamic=True"),
+        (
+            "_has_dynamo_dim_marking is present on runtime tensor but was absent at compile time",
+            "mark the same dimensions before every call",
+        ),
+        (
+            "_dynamo_unbacked_indices should be absent but is present on runtime tensor",
+            "mark the same dimensions before every call",
+        ),
+        ("G['SCALE'] == 1", "the global int 'SCALE' is baked into the graph"),
         ("len(xs) == 2", "the length of 'xs' (a list, tuple or dict)"),
+        (
+            "tensor 'fn._parameters['bias']' size mismatch at index 0. expected 4, actual 2."
+            " Guard failed on a parameter, consider using"
+            " torch._dynamo.config.force_parameter_static_shapes = False",
+            "modules of one class share their compiled code",
+        ),
         ("cfg['scale'] == 1", "or pass it as a tensor (torch.tensor(value))"),
         ("self.config.use_cache == True", "the setting 'self.config.use_cache' changed"),
         ("GLOBAL_STATE changed: autocast(cpu)_enabled", "torch.autocast was switched"),
         ("GLOBAL_STATE changed: deterministic_algorithms", "a global torch setting"),
-        ("self._modules['net']._modules['1'].alpha == 2.5", "value 'self.net.1.alpha' is baked"),
+        ("self._modules['net']._modules['1'].alpha == 2.5", "'self.net.1.alpha' was baked"),
         ("self._modules['net'].steps == 2", "allow_unspec_int_on_nn_module = True"),
         ("n_layers == 3", "the Python int 'n_layers' was baked"),
         ("self.param_groups[0]['lr'] == 0.001", "lr=torch.tensor(1e-3)"),
@@ -696,6 +713,26 @@ def test_guard_reasons_lose_dynamos_bookkeeping(raw, clean):
 def test_recompile_fixes(reason, fix):
     found = recompile_fix(reason.split("; "))
     assert (fix in found) if fix else found == ""
+
+
+def test_a_guard_failing_first_in_two_recompiles_was_fixed_again_by_the_code():
+    def recompile(number: int, reason: str) -> Recompile:
+        return Recompile(f"3/{number}", "forward (m.py:3)", [reason], None)
+
+    dropout = [recompile(1, "p == 0.1"), recompile(2, "p == 0.2")]
+    message = judge("t::x", CompileReport(compiles=3, recompiles=dropout), CompileBudget(), "m")
+    assert message is not None and "'p' is fixed by the code it enters" in message
+    assert "torch compiles once more" not in message
+    sizes = [
+        recompile(n, f"tensor 'x' size mismatch at index 0. expected {e}, actual {a}")
+        for n, (e, a) in enumerate([(16, 10), (10, 7)], 1)
+    ]
+    message = judge("t::x", CompileReport(compiles=3, recompiles=sizes), CompileBudget(), "m")
+    assert message is not None and "compiles again for each size" in message
+    # one recompile each in two compiled functions is no repetition
+    other = [recompile(1, "p == 0.1"), Recompile("4/1", "", ["p == 0.1"], None)]
+    message = judge("t::x", CompileReport(compiles=4, recompiles=other), CompileBudget(), "m")
+    assert message is not None and "is fixed by the code" not in message
 
 
 def test_a_growing_batch_is_no_last_batch():

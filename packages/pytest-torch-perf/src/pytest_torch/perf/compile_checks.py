@@ -5,12 +5,13 @@ end-of-run table is built from).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from pytest_torch.core.properties import decode, encode, number
-from pytest_torch.perf.compile_diagnosis import GraphBreak, recompile_fix
+from pytest_torch.perf.compile_diagnosis import GraphBreak, guard_key, recompile_fix
 from pytest_torch.perf.compile_watch import CompileReport, CompileWatch, Recompile
 
 
@@ -196,7 +197,7 @@ def _seconds(value: float) -> str:
     return f"{value:.3g} s" if value < 100 else f"{value:.0f} s"
 
 
-def _recompile_block(item: Recompile, broken: bool) -> list[str]:
+def _recompile_block(item: Recompile, broken: bool, again: set[tuple[str, ...]]) -> list[str]:
     at = f" at {item.call_site.describe()}" if item.call_site is not None else ""
     what = f"{item.function} recompiled" if item.function else "recompiled"
     lines = [f"{what}{at}"]
@@ -210,7 +211,7 @@ def _recompile_block(item: Recompile, broken: bool) -> list[str]:
             )
     else:
         lines.append("guard failed: (torch gave no reason)")
-    fix = recompile_fix(item.reasons, item.after_break_parameters, broken)
+    fix = recompile_fix(item.reasons, item.after_break_parameters, broken, again)
     if fix:
         lines.append(f"fix: {fix}")
     return lines
@@ -218,9 +219,16 @@ def _recompile_block(item: Recompile, broken: bool) -> list[str]:
 
 def _recompile_blocks(recompiles: list[Recompile], broken: bool) -> list[list[str]]:
     """One block per recompile; a fix already given just above is not repeated."""
+    # the same guard failing first in two recompiles of one function: torch made that
+    # dimension or number dynamic after the first, and the code fixed it again
+    frames = [(item.compile_id.partition("/")[0] or item.function, item) for item in recompiles]
+    failed_first = Counter(
+        (frame, guard_key(item.reasons[0])) for frame, item in frames if item.reasons
+    )
     blocks, last_fix = [], None
-    for item in recompiles:
-        block = _recompile_block(item, broken)
+    for frame, item in frames:
+        again = {key for (f, key), n in failed_first.items() if f == frame and key and n > 1}
+        block = _recompile_block(item, broken, again)
         fix = next((line for line in block if line.startswith("fix: ")), None)
         if fix is not None and fix == last_fix:
             block = [line for line in block if line != fix] + ["fix: as above"]

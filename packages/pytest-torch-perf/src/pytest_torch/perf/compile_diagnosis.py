@@ -425,7 +425,10 @@ _MOMENTUM = re.compile(r"param_groups\[\d+\]\[['\"](betas|momentum)['\"]\]")
 _INT_GUARD = re.compile(r"^(\S+) == -?\d+$")
 _SCALAR_GUARD = re.compile(r"^(\S+) == [-+.\w]+$")
 _FLAG_GUARD = re.compile(r"^(\S+) == (True|False|None|'[^']*')$")
-_STACK_VALUE = re.compile(r"^___stack\d+ == ")
+_STACK_VALUE = re.compile(r"^___stack\d+\S* == ")
+_PARAMETER = re.compile(r"_(?:parameters|buffers)\[")
+_GLOBAL = re.compile(r"^G\[['\"](\w+)['\"]\](.*)$")
+_MARKING = re.compile(r"_has_dynamo_dim_marking|_dynamo_\w*indices")
 _LEARNING_RATE = re.compile(r"param_groups\[\d+\]\[['\"]lr['\"]\] == ")
 _TRAINING = re.compile(r"\.training == (True|False)")
 
@@ -460,17 +463,33 @@ def _repeated(reasons: Sequence[str]) -> bool:
     return len(names) != len(set(names))
 
 
+def guard_key(reason: str) -> tuple[str, ...] | None:
+    """What a guard is about (a tensor's dimension, a Python number), so that the same
+    guard failing in two recompiles of one function can be told apart from two guards."""
+    size = _SIZE.search(reason)
+    if size:
+        return ("size", size.group(1), size.group(2))
+    number = _SCALAR_GUARD.match(reason)
+    return ("number", number.group(1)) if number else None
+
+
 def _number_fix(name: str, integer: bool, repeated: bool) -> str:
-    """A Python int or float baked into the graph changed.  torch bakes in a module's
-    attributes and globals for good; an argument it retries once as a dynamic value."""
+    """A Python int or float baked into the graph changed.  torch retries an argument,
+    and any float, once as a dynamic value; a global's or a module's int and a length it
+    bakes in for good."""
     kind = "int" if integer else "number"
     shown = _shorter(name)
-    if shown.startswith("self."):
-        if not integer:
-            return (
-                f"the Python value {shown!r} is baked into the graph and changed: each"
-                f" value compiles once; pass it as a tensor, or keep it constant"
-            )
+    in_global = _GLOBAL.match(shown)
+    if in_global:
+        shown = in_global.group(1) + in_global.group(2)
+    if shown.startswith("len(") and shown.endswith(")"):
+        return (
+            f"the length of {shown[4:-1]!r} (a list, tuple or dict) is baked into the"
+            f" graph and changed: each length compiles once; keep it fixed (pad it to a"
+            f" few lengths), or, where the items have one shape, stack them into one"
+            f" tensor before the call"
+        )
+    if integer and shown.startswith("self."):
         return (
             f"the Python int {shown!r} is baked into the graph and changed: each value"
             f" compiles once (a loop count or a size has to be fixed); keep it constant,"
@@ -478,29 +497,30 @@ def _number_fix(name: str, integer: bool, repeated: bool) -> str:
             f" torch._dynamo.config.allow_unspec_int_on_nn_module = True (one more"
             f" compile, then any value)"
         )
-    if shown.startswith("len(") and shown.endswith(")"):
+    if integer and in_global:
         return (
-            f"the length of {shown[4:-1]!r} (a list, tuple or dict) is baked into the"
-            f" graph and changed: each length compiles once; keep it fixed, or pass one"
-            f" tensor instead (torch.stack the items before the call)"
-        )
-    if shown.startswith("G["):
-        return (
-            f"the global {shown[3:-2]!r} is baked into the graph and changed: each value"
+            f"the global int {shown!r} is baked into the graph and changed: each value"
             f" compiles once; keep it constant, or pass it to the compiled function as an"
             f" argument (torch then compiles once more with it dynamic, for every value)"
         )
     if repeated:
         return (
-            f"the Python {kind} {shown!r} sets a loop count, a size or a branch, so every"
-            f" new value compiles again, even after torch made it dynamic: keep it to a"
-            f" few values (one compile each), or make that work independent of it"
+            f"the Python {kind} {shown!r} is fixed by the code it enters (a loop count, a"
+            f" size, a branch, or an operator argument torch keeps constant, such as"
+            f" dropout's p), so every new value compiles again, even after torch made it"
+            f" dynamic, and dynamic=True does not help: keep it to a few values (one"
+            f" compile each), or make that code independent of it (e.g. dropout's mask"
+            f" drawn by hand against a tensor p)"
         )
+    avoid = (
+        "hold it as a tensor (a buffer, for a module)"
+        if in_global or shown.startswith("self.")
+        else "compile with dynamic=True, or pass it as a tensor (torch.tensor(value))"
+    )
     return (
         f"the Python {kind} {shown!r} was baked into the graph and changed: torch compiles"
         f" once more with it as a dynamic value, which then serves every value. Allow"
-        f" this one recompile, or avoid it: compile with dynamic=True, or pass it as a"
-        f" tensor (torch.tensor(value))"
+        f" this one recompile, or avoid it: {avoid}"
     )
 
 
@@ -534,11 +554,13 @@ def recompile_fix(
     reasons: Sequence[str],
     after_break_parameters: Collection[str] | None = None,
     broken: bool = False,
+    again: Collection[tuple[str, ...]] = (),
 ) -> str:
     """What stops this kind of recompile (the first reason that has a known fix).
     ``after_break_parameters``: for the code after a graph break, the parameter names
     of its function (any other tensor there was made before the break); ``broken``:
-    the compiled code has graph breaks."""
+    the compiled code has graph breaks; ``again``: the guards (``guard_key``) that
+    failed first in another recompile of this function too."""
     for reason in reasons:
         limited = _RANGE.match(reason.split(";")[0].strip())
         if limited:
@@ -573,6 +595,24 @@ def recompile_fix(
                     f"dimension {index} of {tensor} changes to or from a size of 0 or 1: "
                     + _SPECIALISED.format(index=index)
                 )
+            if _PARAMETER.search(name):
+                return (
+                    f"{_shorter(name)!r} has another size here: modules of one class share"
+                    f" their compiled code, and each shape of their parameters and"
+                    f" buffers compiles once (a stack of layers of different widths"
+                    f" compiled one by one does this): expect one recompile per shape and"
+                    f" allow them; with more than torch._dynamo.config.recompile_limit"
+                    f" shapes, raise it, or the rest runs uncompiled"
+                )
+            if ("size", name, index) in again:
+                return (
+                    f"dimension {index} of {tensor} compiles again for each size, even"
+                    f" after torch made it dynamic: the code fixes that size (a branch on"
+                    f" it, torch.func.vmap over it, an operator that needs a fixed size),"
+                    f" so mark_dynamic raises an error there and dynamic=True does not"
+                    f" help: pad inputs to a few fixed sizes (drop_last=True for a"
+                    f" DataLoader's last batch), or allow one recompile per size"
+                )
             last_batch = (
                 " (if this is a DataLoader's last, smaller batch, drop_last=True avoids it)"
                 if index == "0" and expected and actual and int(actual) < int(expected)
@@ -582,7 +622,8 @@ def recompile_fix(
                 f"torch._dynamo.maybe_mark_dynamic(tensor, {index}): with graph breaks,"
                 f" mark_dynamic fails when the code after a break fixes that size"
                 if broken
-                else f"torch._dynamo.mark_dynamic(tensor, {index})"
+                else f"torch._dynamo.mark_dynamic(tensor, {index}), and on every input"
+                f" whose size goes with it, such as its attention mask"
             )
             return (
                 f"dimension {index} of {tensor} changes between calls{last_batch}: mark it"
@@ -651,8 +692,16 @@ def recompile_fix(
             return (
                 "a value read on the host (.item(), .tolist(), a Python number computed"
                 " from a tensor) is baked into the code after a graph break, and it"
-                " changed, so that code compiled again: keep the value a tensor, so"
-                " there is no break and nothing to bake in"
+                " changed, so that code compiled again: where it only enters arithmetic,"
+                " keep it a tensor (no break, nothing baked in); where it sets a loop"
+                " count or a size, torch._dynamo.config.capture_scalar_outputs = True"
+                " with dynamic=True, or a fixed count"
+            )
+        if _MARKING.search(reason):
+            return (
+                "a tensor was marked (mark_dynamic, mark_unbacked) in some calls and not"
+                " in others: each way compiles once; mark the same dimensions before"
+                " every call, including the first"
             )
         if "device mismatch" in reason:
             return "an input moves between devices: keep inputs on one device"
@@ -684,7 +733,7 @@ def recompile_fix(
             )
         number = _INT_GUARD.match(reason) or _SCALAR_GUARD.match(reason)
         if number:
-            return _number_fix(
-                number.group(1), _INT_GUARD.match(reason) is not None, _repeated(reasons)
-            )
+            name = number.group(1)
+            repeated = _repeated(reasons) or ("number", name) in again
+            return _number_fix(name, _INT_GUARD.match(reason) is not None, repeated)
     return ""
