@@ -59,7 +59,8 @@ def test_batches_allowed():
             "  model(torch.randn(batch, 4))",
             "     guard failed: tensor 'args[0]' size mismatch at index 0. expected 8, actual 16",
             "     fix: dimension 0 of the 1st positional argument changes between calls: mark it"
-            " dynamic before the first call (torch._dynamo.mark_dynamic(tensor, 0))*",
+            " dynamic before the first call, with every input whose size goes with it"
+            " (torch._dynamo.mark_dynamic(tensor, 0)), compile with dynamic=True*",
             "*- torch compile -*",
             "test * compiles * recompiles * graph breaks * compile time * verdict",
             "*::test_batches * 2 * 1 * 0 * s * over budget",

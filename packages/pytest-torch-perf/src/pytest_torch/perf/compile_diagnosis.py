@@ -622,13 +622,12 @@ def recompile_fix(
                 f"torch._dynamo.maybe_mark_dynamic(tensor, {index}): with graph breaks,"
                 f" mark_dynamic fails when the code after a break fixes that size"
                 if broken
-                else f"torch._dynamo.mark_dynamic(tensor, {index}), and on every input"
-                f" whose size goes with it, such as its attention mask"
+                else f"torch._dynamo.mark_dynamic(tensor, {index})"
             )
             return (
                 f"dimension {index} of {tensor} changes between calls{last_batch}: mark it"
-                f" dynamic before the first call ({mark}), compile with dynamic=True, or"
-                f" pad inputs to a few fixed sizes"
+                f" dynamic before the first call, with every input whose size goes with it"
+                f" ({mark}), compile with dynamic=True, or pad inputs to a few fixed sizes"
             )
         optional = _OPTIONAL.match(reason) or _NONE_FOR_TENSOR.search(reason)
         if optional:
