@@ -663,6 +663,10 @@ def test_guard_reasons_lose_dynamos_bookkeeping(raw, clean):
             " torch._dynamo.config.force_parameter_static_shapes = False",
             "modules of one class share their compiled code",
         ),
+        (
+            "tensor 'fn._parameters['bias']' size mismatch at index 0. expected 4, actual 1.",
+            "modules of one class share their compiled code",
+        ),
         ("cfg['scale'] == 1", "or pass it as a tensor (torch.tensor(value))"),
         ("self.config.use_cache == True", "the setting 'self.config.use_cache' changed"),
         ("GLOBAL_STATE changed: autocast(cpu)_enabled", "torch.autocast was switched"),
@@ -757,6 +761,8 @@ def test_after_a_break_a_tensor_made_before_it_is_not_an_argument():
     assert "made before a graph break" in recompile_fix(reason, frozenset({"scores"}))
     reason = ["tensor 'scores' size mismatch at index 0. expected 29, actual 32"]
     assert "mark it dynamic" in recompile_fix(reason, frozenset({"scores"}))
+    reason = ["tensor 'self._modules['proj']._parameters['weight']' size mismatch at index 0."]
+    assert "made before a graph break" not in recompile_fix(reason, frozenset({"self", "x"}))
 
 
 def test_the_code_after_a_break_knows_its_functions_parameters():

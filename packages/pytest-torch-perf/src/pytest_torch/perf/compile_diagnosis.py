@@ -586,15 +586,11 @@ def recompile_fix(
         if size:
             name, index, expected, actual = size.groups()
             if _intermediate(name) or (
-                after_break_parameters is not None and name not in after_break_parameters
+                after_break_parameters is not None
+                and name.isidentifier()
+                and name not in after_break_parameters
             ):
                 return _INTERMEDIATE
-            tensor = _argument(name)
-            if {expected, actual} & {"0", "1"}:  # (None when torch gave no sizes)
-                return (
-                    f"dimension {index} of {tensor} changes to or from a size of 0 or 1: "
-                    + _SPECIALISED.format(index=index)
-                )
             if _PARAMETER.search(name):
                 return (
                     f"{_shorter(name)!r} has another size here: modules of one class share"
@@ -603,6 +599,12 @@ def recompile_fix(
                     f" compiled one by one does this): expect one recompile per shape and"
                     f" allow them; with more than torch._dynamo.config.recompile_limit"
                     f" shapes, raise it, or the rest runs uncompiled"
+                )
+            tensor = _argument(name)
+            if {expected, actual} & {"0", "1"}:  # (None when torch gave no sizes)
+                return (
+                    f"dimension {index} of {tensor} changes to or from a size of 0 or 1: "
+                    + _SPECIALISED.format(index=index)
                 )
             if ("size", name, index) in again:
                 return (
