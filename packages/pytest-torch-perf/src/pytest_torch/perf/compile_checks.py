@@ -225,10 +225,13 @@ def _recompile_blocks(recompiles: list[Recompile], broken: bool) -> list[list[st
     failed_first = Counter(
         (frame, guard_key(item.reasons[0])) for frame, item in frames if item.reasons
     )
+    again: dict[str, set[tuple[str, ...]]] = {}
+    for (frame, key), count in failed_first.items():
+        if key is not None and count > 1:
+            again.setdefault(frame, set()).add(key)
     blocks, last_fix = [], None
     for frame, item in frames:
-        again = {key for (f, key), n in failed_first.items() if f == frame and key and n > 1}
-        block = _recompile_block(item, broken, again)
+        block = _recompile_block(item, broken, again.get(frame, set()))
         fix = next((line for line in block if line.startswith("fix: ")), None)
         if fix is not None and fix == last_fix:
             block = [line for line in block if line != fix] + ["fix: as above"]

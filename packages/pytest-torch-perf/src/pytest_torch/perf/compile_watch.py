@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import re
 import sys
 import time
@@ -419,5 +420,6 @@ def _parameters_after_break(code: Any) -> frozenset[str] | None:
     if original is code or RESUME.match(original.co_name):
         return None
     count = original.co_argcount + original.co_kwonlyargcount
-    count += bool(original.co_flags & 0x04) + bool(original.co_flags & 0x08)  # *args, **kw
+    count += bool(original.co_flags & inspect.CO_VARARGS)
+    count += bool(original.co_flags & inspect.CO_VARKEYWORDS)
     return frozenset(original.co_varnames[:count])
