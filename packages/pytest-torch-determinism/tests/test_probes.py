@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -60,3 +64,34 @@ def test_the_fill_replaces_torchs_nan_fill_of_deterministic_mode():
 def test_none_is_torch_as_it_is():
     with uninitialised_filled(None):
         assert torch.zeros(3).tolist() == [0.0] * 3
+
+
+def test_a_wrapper_subclass_without_memory_is_left_alone():
+    # writing through such a storage killed the process (a segfault), hence its own one
+    code = textwrap.dedent(
+        """
+        import torch
+        from pytest_torch.determinism.probes import uninitialised_filled
+
+        class Wrapped(torch.Tensor):
+            @staticmethod
+            def __new__(cls, inner):
+                made = torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)
+                made.inner = inner
+                return made
+
+            @classmethod
+            def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+                unwrap = lambda t: t.inner if isinstance(t, Wrapped) else t
+                out = func(*map(unwrap, args), **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+                return Wrapped(out) if isinstance(out, torch.Tensor) else out
+
+        with uninitialised_filled(0):
+            wrapped = torch.empty_like(Wrapped(torch.ones(3)))
+            plain = torch.empty(3)
+        print(type(wrapped).__name__, torch.empty(0, dtype=torch.uint8).set_(plain.untyped_storage()).unique().tolist())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["Wrapped", f"[{PATTERNS[0]}]"]

@@ -291,13 +291,15 @@ def _fill(tensor: Any, pattern: int, start: int = 0) -> None:
         return
     try:
         storage = tensor.untyped_storage()
-        if storage.nbytes() <= start:
+        # a wrapper subclass (DTensor, quantised tensors...) has a storage without
+        # memory: data_ptr() raises, where writing through it would crash the process
+        if storage.nbytes() <= start or storage.data_ptr() == 0:
             return
         # a bool holding any byte but 0 or 1 is undefined behaviour in torch's kernels
         byte = pattern % 2 if tensor.dtype == torch.bool else PATTERNS[pattern]
         raw = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)
         raw[start:].fill_(byte)
-    except (RuntimeError, NotImplementedError):  # a storage torch will not lend (a subclass)
+    except (RuntimeError, NotImplementedError):  # a subclass whose storage is not real memory
         return
 
 
