@@ -79,6 +79,26 @@ CASES = [
         "perf-slack-ini", ini="torch_perf_slack_ms = tiny", expect=("torch_perf_slack_ms", "'tiny'")
     ),
     Case(
+        "perf-busy-max-time-negative",
+        ("--torch-perf-busy-max-time=-2",),
+        expect=("--torch-perf-busy-max-time", "expected a positive, finite number, got '-2'"),
+    ),
+    Case(
+        "perf-busy-max-time-ini",
+        ini="torch_perf_busy_max_time = nan",
+        expect=("torch_perf_busy_max_time (in", "expected a positive, finite number, got 'nan'"),
+    ),
+    Case(
+        "perf-min-undisturbed-zero",
+        ("--torch-perf-min-undisturbed=0",),
+        expect=("--torch-perf-min-undisturbed", "expected a whole number >= 1, got '0'"),
+    ),
+    Case(
+        "perf-min-undisturbed-ini",
+        ini="torch_perf_min_undisturbed = 2.5",
+        expect=("torch_perf_min_undisturbed (in", "expected a whole number >= 1, got '2.5'"),
+    ),
+    Case(
         "perf-threads-zero",
         ("--torch-perf-threads=0",),
         expect=("--torch-perf-threads", "expected a positive whole number of threads", "'0'"),

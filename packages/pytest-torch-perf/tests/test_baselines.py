@@ -37,25 +37,17 @@ def test_round_trip_and_merge_keep_every_entry(tmp_path):
     assert store.lookup("machine C", "t::a") is None
 
 
-def test_the_machines_reference_loop_is_its_fastest_entry_under_this_python(tmp_path):
+def test_an_entry_keeps_its_reference_loop_and_how_busy_its_recording_was(tmp_path):
     store = BaselineFile(tmp_path / "b.json")
-    assert store.reference_loop_us("machine A", "3.11.7") is None  # no file yet
-    store.merge(
-        {
-            "machine A": {
-                "t::a": entry(reference_loop_us=21.0),
-                "t::b": entry(reference_loop_us=19.5),
-                "t::c": entry(),  # recorded before entries kept the loop
-                "t::d": Baseline(**{**entry(reference_loop_us=5.0).__dict__, "python": "3.12.1"}),
-            },
-            "machine B": {"t::a": entry(reference_loop_us=2.0)},
-        }
-    )
-    assert store.reference_loop_us("machine A", "3.11.7") == 19.5
-    assert store.reference_loop_us("machine A", "3.12.1") == 5.0
-    assert store.reference_loop_us("machine C", "3.11.7") is None
+    busy = Baseline(**{**entry(reference_loop_us=19.5).__dict__, "samples": 731,
+                       "undisturbed_samples": 90})  # fmt: skip
+    store.merge({"machine A": {"t::a": busy, "t::b": entry()}})
     text = (tmp_path / "b.json").read_text()
-    assert '"reference_loop_us": 19.5' in text and text.count("reference_loop_us") == 4
+    assert '"reference_loop_us": 19.5' in text and text.count("reference_loop_us") == 1
+    assert '"undisturbed_samples": 90' in text and text.count('"samples"') == 1
+    fresh = BaselineFile(tmp_path / "b.json")
+    assert fresh.lookup("machine A", "t::a") == busy
+    assert fresh.lookup("machine A", "t::b").undisturbed_samples is None
 
 
 def test_formatting_is_sorted_stable_and_rounded(tmp_path):

@@ -11,7 +11,8 @@ Layout (sorted keys, two-space indent, one trailing newline, so diffs stay small
             "latency_ms": 1.23, "stat": "median", "spread": 0.02,
             "peak_memory": {"cuda:0": 1048576},
             "device": "cpu", "threads": 1, "reference_loop_us": 20.4,
-            "torch": "2.13.0", "python": "3.11.7", "recorded": "2026-11-30T06:00:00+00:00"
+            "torch": "2.13.0", "python": "3.11.7", "recorded": "2026-11-30T06:00:00+00:00",
+            "samples": 731, "undisturbed_samples": 90      (only when recorded on a busy machine)
           }
         }
       }
@@ -55,9 +56,13 @@ class Baseline:
     python: str
     recorded: str
     peak_memory: dict[str, int] = field(default_factory=dict)
-    #: how fast a fixed reference loop ran on this machine while recording (see
-    #: contention.py): a later run whose cores are slower is seen to be slower
+    #: how fast a fixed reference loop ran in the recording process (see contention.py):
+    #: a regression on a host whose loop runs much slower says so (a slower host)
     reference_loop_us: float | None = None
+    #: recorded on a busy machine: the samples taken, and the undisturbed ones it was
+    #: recorded from (None, and not in the file, on a quiet machine)
+    samples: int | None = None
+    undisturbed_samples: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -68,12 +73,16 @@ class Baseline:
             del data["reference_loop_us"]
         else:
             data["reference_loop_us"] = float(f"{self.reference_loop_us:.3g}")
+        for key in ("samples", "undisturbed_samples"):
+            if data[key] is None:
+                del data[key]
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> Baseline:
         try:
             loop = data.get("reference_loop_us")
+            samples, undisturbed = data.get("samples"), data.get("undisturbed_samples")
             return cls(
                 latency_ms=float(data["latency_ms"]),
                 stat=str(data["stat"]),
@@ -85,6 +94,8 @@ class Baseline:
                 recorded=str(data.get("recorded", "?")),
                 peak_memory={str(k): int(v) for k, v in dict(data.get("peak_memory", {})).items()},
                 reference_loop_us=None if loop is None else float(loop),
+                samples=None if samples is None else int(samples),
+                undisturbed_samples=None if undisturbed is None else int(undisturbed),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise BaselineFileError(f"{where}: entry is malformed ({exc!r})") from None
@@ -150,18 +161,6 @@ class BaselineFile:
         if self._cached is None:
             self._cached = self.read()
         return self._cached.get(machine, {}).get(test)
-
-    def reference_loop_us(self, machine: str, python: str) -> float | None:
-        """The fastest the reference loop ran on ``machine`` under ``python``, over all its
-        entries: how fast an undisturbed core of this machine type is."""
-        if self._cached is None:
-            self._cached = self.read()
-        loops = [
-            entry.reference_loop_us
-            for entry in self._cached.get(machine, {}).values()
-            if entry.reference_loop_us and entry.python == python
-        ]
-        return min(loops, default=None)
 
     def merge(self, updates: Mapping[str, Mapping[str, Baseline]]) -> None:
         """Add or replace entries, keeping every other one, under the file lock."""

@@ -132,14 +132,20 @@ def measure_latency(
 
     ``threads`` sets torch's intra-op thread count for the measurement (restored after;
     None keeps the count in force). Samples during which this process waited for a CPU,
-    or its core ran slow, are set aside, and the result says how busy the machine was.
+    or its core ran slow enough to slow the code, are set aside, and the result says how
+    busy the machine was and how fast the code can at most have run.
     """
-    from pytest_torch.perf.contention import Monitor, wait_probe
+    from pytest_torch.perf.contention import Monitor, off_cpu_waits, wait_probe
 
     dev = devices.as_device(device) if device is not None else infer_device(target, inputs, kwargs)
     run = bind(target, inputs, kwargs)
     with torch_threads(threads) as count, run_context(target):
-        monitor = Monitor(wait_probe(dev.type, count))
+        monitor = Monitor(
+            wait_probe(dev.type, count),
+            device_type=dev.type,
+            off_cpu_waits=off_cpu_waits(dev.type, count),
+            workers=count > 1,
+        )
         try:
             return measure(
                 run,

@@ -129,7 +129,6 @@ def latency_measurer(item: pytest.Item, settings: PerfSettings) -> Callable[...,
         from pytest_torch.perf.checks import check_budget
 
         item.stash[calls_key] = item.stash.get(calls_key, 0) + 1
-        settings.calibrate()
 
         # an explicit device= (measure_latency's keyword) still wins, as it always did
         device = kwargs.pop("device", None)
@@ -241,7 +240,6 @@ def baseline_check(
     from pytest_torch.perf.baselines import BaselineFileError
 
     torch_version = str(torch.__version__).split("+")[0]
-    settings.calibrate()
     if settings.update:
         outcome = checks.record(label, measure, torch_version, settings.strict)
         if outcome.baseline is not None:

@@ -1,14 +1,10 @@
 """Judging measurements: latency budgets and baseline comparisons.
 
 Everything here works on measurements handed in, so it can be tested with made-up
-numbers; ``check_runner`` and ``suite_runner`` do the measuring, and the regression
-rule itself (tolerances, limit, "improved") is ``rule``.
-
-A measurement over its limit is taken again before anything fails, and a measurement
-that other processes slowed down (``LatencyResult.busy``) never decides a failure:
-two undisturbed measurements over the limit make a failure; one within it passes
-(time lost to other processes only adds, so the code is at least that fast); when the
-machine stays busy, the verdict is "not judged: machine busy" with its figures.
+numbers; ``check_runner`` and ``suite_runner`` do the measuring, the regression rule
+itself (tolerances, limit, "improved") is ``rule``, and how repeated measurements on a
+busy machine settle a verdict is ``settling``: a busy measurement fails only when no
+interference that was measured can explain how far it is over the limit.
 """
 
 from __future__ import annotations
@@ -30,6 +26,17 @@ from pytest_torch.perf.rule import (
     latency_limit_text,
     memory_limit_text,
 )
+from pytest_torch.perf.settling import (
+    NOT_JUDGED,
+    NOT_JUDGED_HOST,
+    Measured,
+    Settled,
+    busy_advice,
+    counted,
+    generous_reading,
+    machine_line,
+    settle,
+)
 from pytest_torch.perf.timing import STATISTICS, LatencyResult, fmt_ms
 
 
@@ -49,8 +56,6 @@ class PerfNotJudgedError(AssertionError):
 REGRESSION_STAT = "min"
 #: Independent undisturbed measurements taken when recording; the fastest is kept.
 RECORD_MEASUREMENTS = 3
-#: Measurements one verdict may take (a limit crossed is measured again).
-MAX_MEASUREMENTS = 3
 #: A recorded measurement whose IQR exceeds this share of its median is flagged noisy.
 NOISY_SPREAD = 0.15
 
@@ -84,83 +89,6 @@ def parse_budget(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str) -
     return Budget(float(ms), str(stat))
 
 
-Measured = tuple[LatencyResult, Mapping[str, int]]
-
-
-@dataclass(frozen=True)
-class Settled:
-    """How repeated measurements ended: "within" the limit, "over" it in two undisturbed
-    measurements, or "busy" (over it only while other processes held the CPU)."""
-
-    decision: str
-    taken: list[Measured]
-
-    @property
-    def last(self) -> Measured:
-        return self.taken[-1]
-
-    def notes(self, value: Callable[[LatencyResult], float]) -> list[str]:
-        """What the measurements said, for the message (``value``: the statistic)."""
-
-        def shown(result: LatencyResult) -> str:
-            return f"{fmt_ms(value(result))}{' (machine busy)' if result.busy else ''}"
-
-        *earlier, last = [result for result, _ in self.taken]
-        if self.decision == "within":
-            notes = []
-            if earlier:
-                notes.append(
-                    f"over the limit at first ({', '.join(map(shown, earlier))}), then within"
-                    f" it ({fmt_ms(value(last))}): treated as noise"
-                )
-            if last.busy and last.interference is not None:
-                notes.append(
-                    f"measured while the machine was busy ({last.interference.evidence()});"
-                    " within the limit even so: time taken by other processes only adds, so"
-                    " the code is at least this fast"
-                )
-            return notes
-        if self.decision == "over":
-            first = next(result for result in earlier if not result.busy)
-            note = f"confirmed by a second measurement (first: {fmt_ms(value(first))})"
-            busy = [fmt_ms(value(result)) for result in earlier if result.busy]
-            if busy:
-                note += f"; taken while the machine was busy and not counted: {', '.join(busy)}"
-            return [note]
-        return [f"measured {len(self.taken)} times: {', '.join(map(shown, [*earlier, last]))}"]
-
-
-def settle(measure: Callable[[], Measured], over: Callable[[LatencyResult], bool]) -> Settled:
-    """Measure until the verdict is clear (at most :data:`MAX_MEASUREMENTS` times)."""
-    taken: list[Measured] = []
-    clean_over = busy_over = 0
-    while True:
-        taken.append(measure())
-        result = taken[-1][0]
-        if not over(result):
-            return Settled("within", taken)
-        if result.busy:
-            busy_over += 1
-        else:
-            clean_over += 1
-        if clean_over == 2:
-            return Settled("over", taken)
-        if busy_over == 2 or len(taken) >= MAX_MEASUREMENTS:
-            return Settled("busy", taken)
-
-
-NOT_JUDGED = "not judged: machine busy"
-
-
-def busy_advice(strict: bool) -> str:
-    what = "failed (--torch-perf-strict)" if strict else "skipped (--torch-perf-strict fails it)"
-    return (
-        f"This test is {what}. Run perf tests where nothing else competes for the cores:"
-        " no heavy jobs beside them, and no more xdist workers x --torch-perf-threads"
-        " than cores."
-    )
-
-
 def budget_record(label: str, result: LatencyResult, budget: Budget, verdict: str) -> PerfRecord:
     measured = result.stat(budget.stat)
     return PerfRecord(
@@ -177,8 +105,11 @@ def budget_record(label: str, result: LatencyResult, budget: Budget, verdict: st
     )
 
 
-def budget_failure(result: LatencyResult, budget: Budget) -> str | None:
-    """The failure message when ``result`` exceeds ``budget``, else None."""
+def budget_failure(
+    result: LatencyResult, budget: Budget, settled: Settled | None = None
+) -> str | None:
+    """The failure message when ``result`` exceeds ``budget``, else None (``settled``:
+    how the measurements that decided it went)."""
     measured = result.stat(budget.stat)
     if measured <= budget.ms:
         return None
@@ -187,8 +118,11 @@ def budget_failure(result: LatencyResult, budget: Budget) -> str | None:
         f" {fmt_ms(budget.ms)} (+{100 * (measured / budget.ms - 1):.1f} %)",
         f"  distribution: {result.describe()}",
     ]
-    if result.interference is not None:
-        lines.append(f"  machine: not busy ({result.interference.evidence()})")
+    machine = machine_line(
+        result, settled or Settled("over", [(result, {})], ("over",)), budget.stat, budget.ms
+    )
+    if machine:
+        lines.append(machine)
     lines.append(
         "  what to try: profile one call (torch.profiler) to find the slow op;"
         " check the device and the thread count (--torch-perf-threads); make the"
@@ -202,8 +136,13 @@ def budget_failure(result: LatencyResult, budget: Budget) -> str | None:
 def check_budget(
     label: str, measure: Callable[[], LatencyResult], budget: Budget, strict: bool
 ) -> Outcome:
-    """Judge a latency budget: within it, over it twice undisturbed, or not judged."""
-    settled = settle(lambda: (measure(), {}), lambda r: r.stat(budget.stat) > budget.ms)
+    """Judge a latency budget: within it, over it twice (on undisturbed samples, or by
+    more than interference can explain), or not judged."""
+    settled = settle(
+        lambda: (measure(), {}),
+        lambda r: r.stat(budget.stat) > budget.ms,
+        lambda r: counted(r.busy, False, r.generous(budget.stat) > budget.ms),
+    )
     result = settled.last[0]
     notes = settled.notes(lambda r: r.stat(budget.stat))
     if settled.decision == "within":
@@ -211,17 +150,19 @@ def check_budget(
         record = budget_record(label, result, budget, verdict)
         return Outcome("pass", f"{label}: {verdict}", record, measured=result, notes=notes)
     if settled.decision == "over":
-        record = budget_record(label, result, budget, "OVER BUDGET")
-        message = budget_failure(result, budget) or ""
+        verdict = "OVER BUDGET (machine busy)" if settled.generous else "OVER BUDGET"
+        record = budget_record(label, result, budget, verdict)
+        message = budget_failure(result, budget, settled) or ""
         message += "".join(f"\n  note: {note}" for note in notes)
         return Outcome("fail", message, record, measured=result, notes=notes)
     record = budget_record(label, result, budget, NOT_JUDGED)
-    assert result.interference is not None  # only a probe makes a measurement busy
+    assert result.interference is not None  # only a monitor makes a measurement busy
     message = "\n".join(
         [
             f"{label}: {NOT_JUDGED}. The {budget.stat} latency {fmt_ms(result.stat(budget.stat))}"
             f" is over the budget of {fmt_ms(budget.ms)}, but other processes slowed the"
-            f" measurement down: {result.interference.evidence()}.",
+            f" measurement down: {result.interference.evidence()};"
+            f" {generous_reading(result, budget.stat, budget.ms)}.",
             f"  {notes[0]}" if notes else "",
             f"  {busy_advice(strict)}",
         ]
@@ -250,7 +191,9 @@ class Outcome:
 
 
 def new_baseline(result: LatencyResult, memory: Mapping[str, int], torch_version: str) -> Baseline:
-    loop = None if result.interference is None else result.interference.reference_loop_s
+    found = result.interference
+    loop = None if found is None else found.reference_loop_s
+    busy = found is not None and found.disturbed
     return Baseline(
         latency_ms=result.stat(REGRESSION_STAT),
         stat=REGRESSION_STAT,
@@ -262,6 +205,8 @@ def new_baseline(result: LatencyResult, memory: Mapping[str, int], torch_version
         recorded=datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
         peak_memory=dict(memory),
         reference_loop_us=None if loop is None else loop * 1e6,
+        samples=found.samples if busy and found is not None else None,
+        undisturbed_samples=found.undisturbed if busy and found is not None else None,
     )
 
 
@@ -272,8 +217,9 @@ def record(
 
     Interference from other processes only ever adds time, so the fastest of several
     independent measurements is the best reference: one slow moment while recording
-    must not inflate a baseline and hide later slowdowns. Measurements taken while the
-    machine was busy are not used at all; if every one was, nothing is recorded.
+    must not inflate a baseline and hide later slowdowns. Each measurement counts by
+    its undisturbed samples, however busy the machine was around them; a busy one (too
+    few of them) is not used at all, and if every one was, nothing is recorded.
     """
     tried: list[Measured] = []
     clean: list[Measured] = []
@@ -285,12 +231,14 @@ def record(
             break  # busy throughout: more tries would only cost time
     if not clean:
         result = tried[-1][0]
-        assert result.interference is not None  # only a probe makes a measurement busy
+        found = result.interference
+        assert found is not None  # only a monitor makes a measurement busy
         verdict = "not recorded: machine busy"
         message = (
-            f"{label}: {verdict}. A baseline must be measured on a quiet machine, but"
-            f" other processes slowed all {len(tried)} measurements down:"
-            f" {result.interference.evidence()}. {busy_advice(strict)}"
+            f"{label}: {verdict}. A baseline is recorded from undisturbed samples (at least"
+            f" {found.min_undisturbed}, adding up to {fmt_ms(1e3 * found.min_undisturbed_s)}),"
+            f" but other processes disturbed all {len(tried)} measurements too much:"
+            f" {found.evidence()}. {busy_advice(strict)}"
         )
         row = PerfRecord(label, "baseline", REGRESSION_STAT, result.stat(REGRESSION_STAT), verdict)
         return Outcome("fail" if strict else "skip", message, row, measured=result, judged=False)
@@ -302,8 +250,21 @@ def record_outcome(
     label: str, baseline: Baseline, memory: Mapping[str, int], measured: LatencyResult | None
 ) -> Outcome:
     noisy = baseline.spread > NOISY_SPREAD
-    verdict = f"recorded (noisy: IQR {100 * baseline.spread:.0f} %)" if noisy else "recorded"
+    notes = []
+    if baseline.undisturbed_samples is not None:
+        notes.append(
+            f"busy machine: from {baseline.undisturbed_samples} of {baseline.samples}"
+            f" samples, undisturbed"
+        )
+    if noisy:
+        notes.append(f"noisy: IQR {100 * baseline.spread:.0f} %")
+    verdict = f"recorded ({'; '.join(notes)})" if notes else "recorded"
     message = f"recorded {label}: {baseline.stat} {fmt_ms(baseline.latency_ms)}"
+    if baseline.undisturbed_samples is not None:
+        message += (
+            f" on a busy machine, from the {baseline.undisturbed_samples} of"
+            f" {baseline.samples} samples that nothing disturbed"
+        )
     if noisy:
         message += (
             f"; the measurement was noisy (IQR {100 * baseline.spread:.0f} % of the median):"
@@ -383,25 +344,20 @@ def compare(
     """Compare new measurements with ``baseline`` on the statistic it recorded."""
     stat = baseline.stat
     if baseline.threads != threads or stat not in STATISTICS:
-        why = (
-            f"the baseline was recorded with {baseline.threads} thread(s), this run"
-            f" measures with {threads}; timings under different thread counts are not"
-            f" comparable. Measure with the same count (--torch-perf-threads"
-            f"={baseline.threads})"
-            if baseline.threads != threads
-            else f"the baseline records the statistic {stat!r}, which this version does not"
-            f" compute. Re-record"
-        )
-        message = f"{label}: {why}, or re-record with: {rerecord}"
-        row = PerfRecord(label, "baseline", stat, None, "not comparable", baseline.latency_ms)
-        return Outcome("fail" if strict else "skip", message, row, baseline, judged=False)
+        return _not_comparable(label, baseline, threads, strict, rerecord)
 
     def value(result: LatencyResult) -> float:
         return result.stat(stat)
 
-    settled = settle(
-        measure, lambda r: judge(value(r), baseline.latency_ms, tolerance, slack_ms).regressed
-    )
+    def regressed(figure: float) -> bool:
+        return judge(figure, baseline.latency_ms, tolerance, slack_ms).regressed
+
+    def counts(result: LatencyResult) -> str:
+        host = host_factor(result, baseline)
+        generous = regressed(result.generous(stat) / host)
+        return counted(result.busy, host > 1.0, generous)
+
+    settled = settle(measure, lambda r: regressed(value(r)), counts)
     result, memory = settled.last
     latency = judge(value(result), baseline.latency_ms, tolerance, slack_ms)
     notes = settled.notes(value)
@@ -411,13 +367,14 @@ def compare(
         if baseline.torch != torch_version
         else ""
     )
-    regressed = settled.decision == "over"
-    if regressed:
+    if settled.decision == "over":
         verdict_text = "REGRESSION"
+        if settled.generous:
+            verdict_text += " (machine busy)" if result.busy else " (slower host)"
     elif memory_failures:
         verdict_text = "MEMORY REGRESSION"
     elif settled.decision == "busy":
-        verdict_text = NOT_JUDGED
+        verdict_text = settled.not_judged
     elif improved(latency, tolerance):
         verdict_text = f"improved {100 * -latency.change:.0f} %"
     else:
@@ -434,27 +391,28 @@ def compare(
         peak_memory_mb=_peak_mb(memory),
     )
     limit = latency_limit_text(latency, tolerance, slack_ms)
-    if verdict_text == NOT_JUDGED:
-        assert result.interference is not None  # only a probe makes a measurement busy
+    host = host_factor(result, baseline)
+    if verdict_text in (NOT_JUDGED, NOT_JUDGED_HOST):
+        assert result.interference is not None  # only a monitor makes a measurement busy
         message = "\n".join(
             [
-                f"{label}: {NOT_JUDGED}. {stat} {fmt_ms(value(result))} vs baseline"
+                f"{label}: {verdict_text}. {stat} {fmt_ms(value(result))} vs baseline"
                 f" {fmt_ms(baseline.latency_ms)} = {latency.ratio:.2f}x is over the {limit},"
-                f" but other processes slowed the measurement down:"
-                f" {result.interference.evidence()}.",
+                f" but {_not_judged_cause(result, baseline, host)};"
+                f" {generous_reading(result, stat, latency.limit, host)}.",
                 f"  {notes[0]}",
-                f"  {busy_advice(strict)}",
+                f"  {busy_advice(strict) if result.busy else _slower_host_advice(strict)}",
             ]
         )
         status = "fail" if strict else "skip"
         return Outcome(status, message, row, baseline, result, notes, judged=False)
-    if not regressed and not memory_failures:
+    if settled.decision != "over" and not memory_failures:
         message = f"{label}: {verdict_text} ({100 * latency.change:+.1f} %){version_note}"
         if verdict_text.startswith("improved"):
             message += f"; consider re-recording with: {rerecord}"
         return Outcome("pass", message, row, baseline, result, notes)
     lines = [f"performance regression in {label}:"]
-    if regressed:
+    if settled.decision == "over":
         lines.append(
             f"  latency ({stat}): {fmt_ms(value(result))} vs baseline"
             f" {fmt_ms(baseline.latency_ms)} = {latency.ratio:.2f}x"
@@ -462,8 +420,8 @@ def compare(
         )
     lines += memory_failures
     lines.append(f"  now: {result.describe()}")
-    if regressed and result.interference is not None:
-        lines.append(f"  machine: not busy ({result.interference.evidence()})")
+    if settled.decision == "over":
+        lines.append(machine_line(result, settled, stat, latency.limit, host))
     lines.append(
         f"  baseline: recorded {baseline.recorded} with torch {baseline.torch},"
         f" {baseline.threads} thread(s), on {machine}{version_note}"
@@ -472,4 +430,61 @@ def compare(
     lines.append(
         f"  If the slowdown is intended (a bigger model, a new feature), re-record with: {rerecord}"
     )
-    return Outcome("fail", "\n".join(lines), row, baseline, result, notes)
+    return Outcome("fail", "\n".join(line for line in lines if line), row, baseline, result, notes)
+
+
+def host_factor(result: LatencyResult, baseline: Baseline) -> float:
+    """How much slower this process's core ran the reference loop than the process that
+    recorded ``baseline`` did, when notably slower (1.0 otherwise; at most
+    ``MAX_CORE_FACTOR``): what a slower host, or a core slowed all along, can explain."""
+    from pytest_torch.perf.contention import MAX_CORE_FACTOR, SLOWED_LOOP
+
+    found = result.interference
+    if found is None or not found.reference_loop_s or not baseline.reference_loop_us:
+        return 1.0
+    ratio = found.reference_loop_s * 1e6 / baseline.reference_loop_us
+    return min(ratio, MAX_CORE_FACTOR) if ratio > SLOWED_LOOP else 1.0
+
+
+def _not_judged_cause(result: LatencyResult, baseline: Baseline, host: float) -> str:
+    assert result.interference is not None
+    causes = []
+    if result.busy:
+        causes.append(
+            f"other processes slowed the measurement down: {result.interference.evidence()}"
+        )
+    if host > 1.0:
+        causes.append(
+            f"this process's core ran a reference loop {host:.2f}x slower than the one that"
+            f" recorded the baseline ({1e6 * (result.interference.reference_loop_s or 0):.3g} µs"
+            f" vs {baseline.reference_loop_us:.3g} µs at best)"
+        )
+    return "; and ".join(causes)
+
+
+def _slower_host_advice(strict: bool) -> str:
+    what = "failed (--torch-perf-strict)" if strict else "skipped (--torch-perf-strict fails it)"
+    return (
+        f"This test is {what}. Its core is slower than the recording one's by more than"
+        " the code's excess: a slower host that shares the machine key (cloud runners of"
+        " one CPU model differ), or a core slowed by a neighbour all along. Re-run it; if"
+        " this host is simply slower, record baselines on it (--torch-update-perf) and keep"
+        " them apart (--torch-perf-baselines)."
+    )
+
+
+def _not_comparable(
+    label: str, baseline: Baseline, threads: int, strict: bool, rerecord: str
+) -> Outcome:
+    why = (
+        f"the baseline was recorded with {baseline.threads} thread(s), this run"
+        f" measures with {threads}; timings under different thread counts are not"
+        f" comparable. Measure with the same count (--torch-perf-threads"
+        f"={baseline.threads})"
+        if baseline.threads != threads
+        else f"the baseline records the statistic {baseline.stat!r}, which this version does"
+        f" not compute. Re-record"
+    )
+    message = f"{label}: {why}, or re-record with: {rerecord}"
+    row = PerfRecord(label, "baseline", baseline.stat, None, "not comparable", baseline.latency_ms)
+    return Outcome("fail" if strict else "skip", message, row, baseline, judged=False)

@@ -1,90 +1,132 @@
-"""Did this process have the machine to itself while it was measured?
+"""What other processes cost one measurement, sample by sample, with the figures that
+show it: how long this process waited, how much slower its core ran, and therefore
+how fast the code itself can at most have been.
 
-A timing taken while something else slowed this process down is slower for reasons that
-have nothing to do with the code under test. Two kinds of interference are watched,
-between every two samples of a measurement:
+Two kinds of interference are watched, around every sample:
 
-- **waiting for a CPU**: how long this process's threads were ready to run but not
-  running. On Linux, the run-queue wait of each thread (``/proc/self/task/<tid>/
-  schedstat``, second field); sleeping, I/O and waiting for a GPU are not counted, so it
-  holds on every device and at every thread count. Elsewhere, for CPU work on one
-  thread: the thread's wall time minus its CPU time.
-- **a slower core**: a fixed reference loop of pure Python runs before and after each
-  sample (twice: the first run refills the caches the measured code evicted) and is
-  compared with the fastest it has run in this process. On shared cloud
-  machines the core itself slows down for seconds at a time (another tenant on the
-  same physical core, power management) without this process waiting at all; the
-  loop slows down with it.
+- **waiting**: time this process's threads were ready to run but not running, or not
+  given their CPU by the hypervisor (steal). The measuring thread's CPU clock is read
+  right outside each timed block, so its time off the CPU during the block is exact
+  (Linux's run-queue figures, ``/proc/self/task/<tid>/schedstat``, lag: a wait begun
+  at the system call just before a block is added to the block after it). For work on
+  the CPU, time off the CPU is waiting, less what the code itself spends asleep (I/O, a
+  data loader's queue), which is found as the low tenth of off-CPU time the run queue
+  does not explain; for work on an accelerator, where the thread may sleep until the
+  device is done, only what the run queue confirms counts. With intra-op workers, the
+  other threads of the process add their run-queue wait.
+- **a slowed core**: a fixed reference loop runs between samples, timed on the wall
+  clock (runs during which the thread was off its CPU are dropped: they say nothing of
+  the core), and is compared with the fastest it has run in this process. A slow loop
+  is not yet a slow sample: the loop is far more sensitive than most code (beside a
+  busy sibling hardware thread it often runs 2x slower while a model runs 1.1x
+  slower), so samples beside a slow loop are set aside only when the code itself ran
+  slower beside slow loops than beside fast ones (its time less its wait), and count
+  only by that much. A
+  baseline keeps the recording process's best, so that a later process whose core is
+  slower throughout is seen to be, and judged in proportion (``checks``): a host that
+  is simply slower is never called busy.
 
-A sample that waited, or whose loops ran slower than :data:`SLOWED_LOOP` times the
-reference, is set aside. Over the whole measurement, ``/proc/stat`` adds the
-hypervisor's steal time and how many cores other processes kept busy.
-:class:`Interference` holds the figures and says whether the machine was too busy for
-a slow result to be blamed on the code. The thresholds come from measurements
-(``benchmarks/perf_busy_machine.py``): on a quiet machine the loop's median is within
-4 % of its best and threads wait well under 1 % of the time; with two CPU-bound
-neighbours on two cores, they wait a third of the time, and on a host with noisy
-tenants the loop runs 1.5 to 2 times slower while the models slow down by 1.3 to 1.5.
+A sample is *undisturbed* when it waited at most :data:`SET_ASIDE_SHARE` of its time
+and its core was not slowed. Statistics, verdicts and recordings come from the
+undisturbed samples, whatever the share of the whole run that waited, as long as there
+are enough of them (:func:`enough_undisturbed`: :data:`MIN_UNDISTURBED` samples adding up
+to :data:`MIN_UNDISTURBED_S`). When there are not, the measurement is *busy*: its samples
+are upper bounds, and :attr:`generous` figures (a sample's time minus its wait, divided
+by its core's slowdown) are the fastest the code can have run. Thresholds and the
+behaviour on real machines are measured in ``benchmarks/perf_busy_machine.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-#: a sample that waited for a CPU longer than this share of its own time is set aside
+#: a sample that waited longer than this share of its own time is set aside
 SET_ASIDE_SHARE = 0.05
-#: a sample is set aside when the reference loop beside it ran this much slower than
-#: its best (its own noise on a quiet machine: 4 % at the 90th percentile)
+#: a reference loop this much slower than its best marks a possibly slowed core ...
 SLOWED_LOOP = 1.25
-#: a measurement is "busy" when its threads waited this share of the sampling time ...
-BUSY_WAIT_SHARE = 0.05
-#: ... or the hypervisor stole this share of the machine's CPU time ...
-BUSY_STEAL_SHARE = 0.05
-#: ... or fewer samples than this were left undisturbed
-MIN_UNDISTURBED = 3
-#: iterations of the reference loop (about 20 µs on a 2020s server core)
+#: ... which sets samples aside when the code ran this much slower beside such loops
+CODE_SLOWED = 1.05
+#: samples beside fast and beside slow loops needed to tell how much a slow core cost
+SLOWDOWN_EVIDENCE = 3
+#: enough undisturbed samples to judge by (--torch-perf-min-undisturbed's default) ...
+MIN_UNDISTURBED = 5
+#: ... adding up to at least this much time
+MIN_UNDISTURBED_S = 0.02
+#: a measurement counts as taken on a busy machine (said in the table when recording)
+#: when this share of its samples was set aside, or of its time waited
+DISTURBED_SHARE = 0.1
+#: steal time from this share of the machine's CPU time on is worth reporting
+STEAL_REPORTED = 0.005
+#: iterations of the reference loop (about 10 to 20 µs on a 2020s server core)
 LOOP_ITERATIONS = 500
+#: a loop run whose thread was off its CPU for this share of it is no reading of the core
+OFF_CPU_LOOP = 0.5
+#: the most a slowed core (or a slower host) is taken to explain: a core shared with a
+#: busy sibling thread at a lower clock; the loop's worst reading here was 3.3x
+MAX_CORE_FACTOR = 3.0
+
+
+def enough_undisturbed(
+    count: int,
+    samples: int,
+    seconds: float,
+    minimum: int = MIN_UNDISTURBED,
+    minimum_s: float = MIN_UNDISTURBED_S,
+) -> bool:
+    """Whether ``count`` undisturbed samples of ``samples``, adding up to ``seconds``, are
+    enough to judge by: all of them, or ``minimum`` adding up to ``minimum_s``. Calls so
+    long that few samples fit in the sampling time need half of them (at least two)."""
+    if count == samples:
+        return True
+    return count >= min(minimum, max(2, (samples + 1) // 2)) and seconds >= minimum_s
 
 
 class WaitProbe(Protocol):
-    """How long this process has waited for a CPU, as a running total."""
+    """How long this process's threads have waited for a CPU, as running totals."""
 
     #: how the wait is measured, for reports
     method: str
 
-    def waited(self) -> float:
-        """Seconds waited so far (only differences between readings mean anything)."""
+    def waited(self) -> tuple[float, float]:
+        """Seconds waited so far by the measuring thread, and by all other threads."""
         ...
 
     def close(self) -> None: ...
 
 
 class RunQueueProbe:
-    """Linux: the summed run-queue wait of this process's threads (schedstat)."""
+    """Linux: the run-queue wait of this process's threads (schedstat's second field)."""
 
     method = "run-queue wait"
 
-    def __init__(self, tasks: str = "/proc/self/task") -> None:
+    def __init__(self, tasks: str = "/proc/self/task", main: int | None = None) -> None:
+        main = threading.get_native_id() if main is None else main
         self._files: list[int] = []
+        self._main = -1
         for tid in os.listdir(tasks):
             with contextlib.suppress(OSError):  # the thread ended meanwhile
-                self._files.append(os.open(f"{tasks}/{tid}/schedstat", os.O_RDONLY))
+                handle = os.open(f"{tasks}/{tid}/schedstat", os.O_RDONLY)
+                if tid == str(main):
+                    self._main = len(self._files)
+                self._files.append(handle)
         self._last = [0] * len(self._files)
         if not self._files:
             raise OSError(f"no readable schedstat under {tasks}")
         self.waited()
 
-    def waited(self) -> float:
+    def waited(self) -> tuple[float, float]:
         for index, handle in enumerate(self._files):
             # a thread that ended keeps its last total
             with contextlib.suppress(OSError, IndexError, ValueError):
                 self._last[index] = int(os.pread(handle, 128, 0).split()[1])
-        return sum(self._last) / 1e9
+        main = self._last[self._main] if self._main >= 0 else 0
+        return main / 1e9, (sum(self._last) - main) / 1e9
 
     def close(self) -> None:
         for handle in self._files:
@@ -92,66 +134,64 @@ class RunQueueProbe:
         self._files = []
 
 
-class OffCpuProbe:
-    """Elsewhere, for CPU work on the calling thread: wall time minus CPU time."""
-
-    method = "wall time minus CPU time"
-
-    def waited(self) -> float:
-        return time.perf_counter() - time.thread_time()
-
-    def close(self) -> None:
-        pass
-
-
 def wait_probe(device_type: str, threads: int) -> WaitProbe | None:
-    """The best wait probe this platform offers for work on ``device_type`` with
-    ``threads`` intra-op threads; None when none can tell."""
+    """The run-queue probe where the platform has one (Linux); None elsewhere (then the
+    measuring thread's off-CPU time is its wait for CPU work on one thread, see
+    :func:`off_cpu_waits`)."""
     try:
         return RunQueueProbe()
     except OSError:
-        pass
-    if device_type == "cpu" and threads == 1:
-        return OffCpuProbe()
-    return None
+        return None
 
 
-def reference_loop() -> float:
-    """Seconds one run of the fixed reference loop takes now."""
-    start = time.perf_counter()
+def off_cpu_waits(device_type: str, threads: int) -> bool:
+    """Without a run-queue probe: whether the measuring thread's time off the CPU is all
+    waiting (CPU work on that one thread), or says nothing (workers, a device)."""
+    return device_type == "cpu" and threads == 1
+
+
+def reference_loop(
+    clock: Callable[[], float] = time.perf_counter,
+    thread_clock: Callable[[], float] = time.thread_time,
+) -> float | None:
+    """Seconds one run of the fixed reference loop takes now; None when the thread was
+    off its CPU for much of it (a preemption or steal, which say nothing of the core's
+    speed). Timed on the wall clock, which never reads short: the thread's CPU clock can
+    (on a virtual machine, steal is taken out of it in lumps)."""
+    cpu0 = thread_clock()
+    start = clock()
     total = 0
     for i in range(LOOP_ITERATIONS):
         total += i * i
-    return time.perf_counter() - start
+    seconds = clock() - start
+    if seconds - (thread_clock() - cpu0) > OFF_CPU_LOOP * seconds:
+        return None
+    return seconds
 
 
 class LoopReference:
-    """The fastest the reference loop has run: the speed of an undisturbed core."""
+    """The fastest the reference loop has run in this process: its core at full speed."""
 
     def __init__(self) -> None:
         self.best: float | None = None
 
-    def note(self, seconds: float) -> None:
-        if seconds > 0 and (self.best is None or seconds < self.best):
+    def note(self, seconds: float | None) -> None:
+        if seconds is not None and seconds > 0 and (self.best is None or seconds < self.best):
             self.best = seconds
 
 
-#: this process's reference, shared by all its measurements
+#: this process's reference, shared by all its measurements (never another process's:
+#: a host that is slower than the one that recorded a baseline is not a busy host)
 PROCESS = LoopReference()
-
-
-def note_reference(seconds: float) -> None:
-    """Tell the monitors how fast the reference loop ran on this machine before (as a
-    baseline records it), so that a process slow from its start is seen to be slow."""
-    PROCESS.note(seconds)
 
 
 @dataclass(frozen=True)
 class Reading:
     """What the monitor saw between two samples."""
 
-    waited: float  # running total of seconds waited for a CPU (0 without a probe)
-    loop: float  # seconds the reference loop took just now
+    waited: float  # running total of seconds the measuring thread waited (0 without a probe)
+    loop: float | None  # seconds the reference loop took just now (None: no clean run)
+    others_waited: float = 0.0  # running total of the other threads' waits
 
 
 @dataclass(frozen=True)
@@ -193,22 +233,31 @@ class Interference:
 
     #: how waiting was measured ("run-queue wait", ...; "" when it was not)
     method: str
-    #: share of the sampling time this process's threads spent waiting for a CPU
+    #: share of the sampling time this process's threads spent waiting
     waited_share: float
-    #: samples set aside (waited, or slowed core), and samples taken in all
+    #: samples set aside (waited, or beside a core that slowed the code), and in all
     set_aside: int
     samples: int
-    #: of the set-aside samples, those set aside because the core ran slow
+    #: of the set-aside samples, those set aside only because the core ran slow
     slowed: int = 0
-    #: the reference loop's slowest run beside a sample, over its best (1.0: never slow)
+    #: the reference loop's slowest run beside a sample its core slowed, over its best
     loop_ratio: float = 1.0
+    #: how much slower the code ran beside a slow loop than beside a fast one, where the
+    #: samples tell (None: they do not, or no loop ran slow)
+    code_slowdown: float | None = None
     #: share of the machine's CPU time the hypervisor took (None: unknown)
     steal_share: float | None = None
     #: cores other processes kept busy on average (None: unknown)
     others_cores: float | None = None
     cores: int = 0
-    #: the reference loop's best on this machine when the measurement ended, in seconds
+    #: the reference loop's best in this process when the measurement ended, in seconds
     reference_loop_s: float | None = None
+    #: seconds the undisturbed samples took, and what counts as enough of them
+    undisturbed_s: float = 0.0
+    min_undisturbed: int = MIN_UNDISTURBED
+    min_undisturbed_s: float = MIN_UNDISTURBED_S
+    #: the largest slowdown a set-aside sample was divided by in the generous figures
+    core_factor: float = 1.0
 
     @property
     def undisturbed(self) -> int:
@@ -216,11 +265,25 @@ class Interference:
 
     @property
     def busy(self) -> bool:
-        """Too disturbed for a slow result to be blamed on the code."""
+        """Too few undisturbed samples to judge by: the samples are upper bounds."""
+        return not enough_undisturbed(
+            self.undisturbed,
+            self.samples,
+            self.undisturbed_s,
+            self.min_undisturbed,
+            self.min_undisturbed_s,
+        )
+
+    @property
+    def disturbed(self) -> bool:
+        """Taken on a busy machine: a tenth of the samples waited, or a twentieth of the
+        time went to waiting or to steal. Worth saying even where the undisturbed
+        samples were enough; a core that ran slow for no visible reason is not a busy
+        machine (only its samples are set aside)."""
         return (
-            self.waited_share >= BUSY_WAIT_SHARE
-            or (self.steal_share or 0.0) >= BUSY_STEAL_SHARE
-            or self.undisturbed < MIN_UNDISTURBED
+            self.set_aside - self.slowed >= DISTURBED_SHARE * self.samples
+            or self.waited_share >= DISTURBED_SHARE / 2
+            or (self.steal_share or 0.0) >= DISTURBED_SHARE / 2
         )
 
     def evidence(self) -> str:
@@ -232,102 +295,246 @@ class Interference:
                 f" ({self.method})"
             )
         if self.slowed:
+            code = (
+                f", the code {self.code_slowdown:.2f}x"
+                if self.code_slowdown is not None
+                else ", the code by an unknown factor"
+            )
             parts.append(
                 f"the core ran slow beside {self.slowed} sample{'s' if self.slowed != 1 else ''}"
-                f" (a reference loop up to {self.loop_ratio:.1f}x its best)"
+                f" (a reference loop up to {self.loop_ratio:.1f}x its best{code})"
             )
         parts.append(f"{self.undisturbed} of {self.samples} samples undisturbed")
         if self.others_cores is not None:
             parts.append(f"other processes kept {self.others_cores:.1f} of {self.cores} cores busy")
-        if self.steal_share is not None and self.steal_share >= 0.005:
+        if self.steal_share is not None and self.steal_share >= STEAL_REPORTED:
             parts.append(f"the hypervisor took {100 * self.steal_share:.0f} % (steal time)")
         return "; ".join(parts)
 
 
-class Monitor:
-    """Watches one measurement: a reading between every two samples, then the verdict
-    on each sample and the figures of the whole (see the module docstring)."""
+@dataclass(frozen=True)
+class Judged:
+    """The monitor's account of one measurement's samples."""
 
-    def __init__(
-        self,
-        probe: WaitProbe | None,
-        *,
-        loop: Callable[[], float] = reference_loop,
-        machine: Callable[[], MachineReading | None] = read_machine,
-        cores: int | None = None,
-        reference: LoopReference | None = None,
-    ) -> None:
-        self.probe = probe
-        self._loop = loop
-        self._machine = machine
-        self._cores = cores
-        self.reference = PROCESS if reference is None else reference
-        self._before: MachineReading | None = None
+    aside: list[bool]
+    #: per sample, the fastest the code can have run it: its time less its wait, divided
+    #: by its core's slowdown (seconds per sample, as the elapsed times handed in)
+    generous: list[float]
+    interference: Interference
+
+
+@dataclass
+class _Block:
+    wall: float
+    off_cpu: float
+
+
+@dataclass
+class Monitor:
+    """Watches one measurement: a reading between every two samples, the measuring
+    thread's CPU clock around each, then the verdict on each sample and the figures
+    of the whole (see the module docstring). Every source is injected for tests."""
+
+    probe: WaitProbe | None
+    device_type: str = "cpu"
+    #: without a probe: the measuring thread's time off the CPU is all waiting
+    off_cpu_waits: bool = False
+    #: the work has intra-op workers beside the measuring thread: their waits count too
+    #: (otherwise other threads, such as pytest-xdist's, have nothing to do with it)
+    workers: bool = False
+    loop: Callable[[], float | None] = reference_loop
+    machine: Callable[[], MachineReading | None] = read_machine
+    cores: int | None = None
+    reference: LoopReference = field(default_factory=lambda: PROCESS)
+    thread_clock: Callable[[], float] = time.thread_time
+    wall_clock: Callable[[], float] = time.perf_counter
+    readings: list[Reading] = field(default_factory=list, init=False)
+    _blocks: list[_Block] = field(default_factory=list, init=False)
+    _before: MachineReading | None = field(default=None, init=False)
+
+    @property
+    def method(self) -> str:
+        if self.probe is not None:
+            return self.probe.method
+        return "time off the CPU" if self.off_cpu_waits else ""
 
     def start(self) -> None:
-        """Before sampling: the machine's counters, and the loop's speed refreshed."""
-        self._before = self._machine()
+        """Before sampling: the machine's counters, the loop's speed refreshed, and the
+        first reading."""
+        self._before = self.machine()
         for _ in range(10):
-            self.reference.note(self._loop())
+            self.reference.note(self.loop())
+        self.readings.append(self.reading())
 
     def reading(self) -> Reading:
         # twice: the first run refills the caches the measured code evicted
-        loop = min(self._loop(), self._loop())
+        runs = [seconds for seconds in (self.loop(), self.loop()) if seconds is not None]
+        loop = min(runs, default=None)
         self.reference.note(loop)
-        return Reading(self.probe.waited() if self.probe is not None else 0.0, loop)
+        if self.probe is None:
+            return Reading(0.0, loop)
+        main, others = self.probe.waited()
+        return Reading(main, loop, others)
 
-    def waited(self, before: Reading, after: Reading, elapsed: float) -> bool:
-        return after.waited - before.waited > SET_ASIDE_SHARE * elapsed
+    def timed(self, block: Callable[[], float]) -> float:
+        """Run one timed block (it returns its seconds), then take the next reading.
+        The CPU clock, a system call, is read outside the wall clock's readings, so a
+        preemption at its return falls outside the block's figures."""
+        cpu0 = self.thread_clock()
+        wall0 = self.wall_clock()
+        seconds = block()
+        wall1 = self.wall_clock()
+        cpu1 = self.thread_clock()
+        wall = wall1 - wall0
+        self._blocks.append(_Block(wall, max(0.0, wall - (cpu1 - cpu0))))
+        self.readings.append(self.reading())
+        return seconds
 
-    def disturbed(self, before: Reading, after: Reading, elapsed: float) -> bool:
-        """Whether the sample between two readings is set aside (it took ``elapsed``)."""
-        return self.waited(before, after, elapsed) or self.slowed(before, after)
+    def undisturbed(self, index: int, seconds: float) -> bool:
+        """A first view of sample ``index`` while sampling (the final one is
+        :meth:`finish`'s): whether it waited or ran beside a slow loop."""
+        outside = max(0.0, self._blocks[index].wall - seconds)
+        waited = max(0.0, self._confirmed_waits(index) - outside)
+        return waited <= SET_ASIDE_SHARE * seconds and self.loop_ratio(index) <= SLOWED_LOOP
 
-    def slowed(self, before: Reading, after: Reading) -> bool:
+    def loop_ratio(self, index: int) -> float:
+        """How much slower than its best the loop ran beside sample ``index`` (1.0 when
+        no clean run of it was seen)."""
+        loops = [
+            reading.loop
+            for reading in (self.readings[index], self.readings[index + 1])
+            if reading.loop is not None
+        ]
         best = self.reference.best
-        return best is not None and max(before.loop, after.loop) > SLOWED_LOOP * best
+        return max(loops) / best if loops and best else 1.0
+
+    def _queue_waits(self, index: int) -> tuple[float, float]:
+        before, after = self.readings[index], self.readings[index + 1]
+        others = after.others_waited - before.others_waited if self.workers else 0.0
+        return after.waited - before.waited, others
+
+    def _confirmed_waits(self, index: int) -> float:
+        main, others = self._queue_waits(index)
+        block = self._blocks[index]
+        if self.probe is None:
+            return block.off_cpu if self.off_cpu_waits else 0.0
+        return min(block.off_cpu, main) + others
+
+    def waits(self) -> list[float]:
+        """Seconds each sample waited (see the module docstring)."""
+        count = len(self._blocks)
+        if self.probe is None or self.device_type != "cpu":
+            return [self._confirmed_waits(k) for k in range(count)]
+        queued = [self._queue_waits(k) for k in range(count)]
+        # off-CPU time the run queue does not explain: the code's own sleep, or steal;
+        # its low tenth is the code's (steal comes and goes)
+        unexplained = sorted(
+            block.off_cpu - main for block, (main, _) in zip(self._blocks, queued, strict=True)
+        )
+        asleep = max(0.0, unexplained[len(unexplained) // 10]) if unexplained else 0.0
+        return [
+            max(0.0, block.off_cpu - asleep) + others
+            for block, (_, others) in zip(self._blocks, queued, strict=True)
+        ]
 
     def finish(
-        self, readings: list[Reading], elapsed: list[float], sampling_s: float
-    ) -> tuple[list[bool], Interference]:
+        self,
+        elapsed: list[float],
+        sampling_s: float,
+        min_undisturbed: int = MIN_UNDISTURBED,
+        min_undisturbed_s: float = MIN_UNDISTURBED_S,
+    ) -> Judged:
         """Which samples to set aside (sample ``k`` lies between readings ``k`` and
-        ``k + 1``), and the figures of the measurement."""
+        ``k + 1``), the generous figures, and the figures of the measurement."""
+        # a wait outside the timed block (a preemption as it started or ended) lengthens
+        # the block's wall time, not the sample: those moments come off first
+        waits = [
+            max(0.0, wait - max(0.0, block.wall - seconds))
+            for wait, block, seconds in zip(self.waits(), self._blocks, elapsed, strict=True)
+        ]
+        waited = [w > SET_ASIDE_SHARE * seconds for w, seconds in zip(waits, elapsed, strict=True)]
+        ratios = [self.loop_ratio(k) for k in range(len(elapsed))]
+        factors, slowdown = core_factors(
+            [seconds - wait for seconds, wait in zip(elapsed, waits, strict=True)], ratios
+        )
+        aside = [w or f > 1.0 for w, f in zip(waited, factors, strict=True)]
+        generous = [
+            max(0.0, seconds - wait) / factor
+            for seconds, wait, factor in zip(elapsed, waits, factors, strict=True)
+        ]
+        slowed = [f > 1.0 and not w for w, f in zip(waited, factors, strict=True)]
+        steal, others, cores = self._machine_figures()
+        return Judged(
+            aside=aside,
+            generous=generous,
+            interference=Interference(
+                method=self.method,
+                waited_share=sum(waits) / sampling_s if sampling_s > 0 else 0.0,
+                set_aside=sum(aside),
+                samples=len(elapsed),
+                slowed=sum(slowed),
+                loop_ratio=max(
+                    (r for r, f in zip(ratios, factors, strict=True) if f > 1.0), default=1.0
+                ),
+                code_slowdown=slowdown,
+                steal_share=steal,
+                others_cores=others,
+                cores=cores,
+                reference_loop_s=self.reference.best,
+                undisturbed_s=sum(s for s, a in zip(elapsed, aside, strict=True) if not a),
+                min_undisturbed=min_undisturbed,
+                min_undisturbed_s=min_undisturbed_s,
+                core_factor=max(factors, default=1.0),
+            ),
+        )
+
+    def _machine_figures(self) -> tuple[float | None, float | None, int]:
         from pytest_torch.core.cpus import available_cores
 
-        after_machine = self._machine()
-        aside: list[bool] = []
-        slowed = 0
-        for k, seconds in enumerate(elapsed):
-            before, after = readings[k], readings[k + 1]
-            waited_here = self.waited(before, after, seconds)
-            slowed += self.slowed(before, after) and not waited_here
-            aside.append(self.disturbed(before, after, seconds))
-        best = self.reference.best or 1.0
-        waited = readings[-1].waited - readings[0].waited if readings else 0.0
+        after = self.machine()
+        cores = self.cores or available_cores()
         steal = others = None
-        cores = self._cores or available_cores()
-        if self._before is not None and after_machine is not None:
-            total = after_machine.total_s - self._before.total_s
-            wall = after_machine.wall_s - self._before.wall_s
+        if self._before is not None and after is not None:
+            total = after.total_s - self._before.total_s
+            wall = after.wall_s - self._before.wall_s
             if total > 0:
-                steal = max(0.0, (after_machine.steal_s - self._before.steal_s) / total)
+                steal = max(0.0, (after.steal_s - self._before.steal_s) / total)
             if wall > 0:
-                ours = after_machine.process_s - self._before.process_s
-                busy = after_machine.busy_s - self._before.busy_s
+                ours = after.process_s - self._before.process_s
+                busy = after.busy_s - self._before.busy_s
                 others = min(float(cores), max(0.0, (busy - ours) / wall))
-        return aside, Interference(
-            method=self.probe.method if self.probe is not None else "",
-            waited_share=waited / sampling_s if sampling_s > 0 else 0.0,
-            set_aside=sum(aside),
-            samples=len(elapsed),
-            slowed=slowed,
-            loop_ratio=max((r.loop for r in readings), default=best) / best,
-            steal_share=steal,
-            others_cores=others,
-            cores=cores,
-            reference_loop_s=self.reference.best,
-        )
+        return steal, others, cores
 
     def close(self) -> None:
         if self.probe is not None:
             self.probe.close()
+
+
+def core_factors(times: list[float], ratios: list[float]) -> tuple[list[float], float | None]:
+    """How much a slowed core slowed each sample (1.0: not at all), and the code's
+    slowdown beside a slow loop where the samples tell it (``times``: each sample's
+    time less its wait; ``ratios``: the loop's beside it, over its best).
+
+    The samples beside a slow loop are compared with those beside a fast one (their
+    lower quartiles). Where both sides have evidence (three samples each, or a quarter
+    of a measurement of few, long samples), that comparison is the code's own slowdown:
+    below :data:`CODE_SLOWED` nothing is set aside, above it each such sample counts as
+    slowed by it (at most by its loop's ratio). Where they do not, the loop's own ratio
+    is all there is to go by (at most :data:`MAX_CORE_FACTOR`).
+    """
+    from pytest_torch.perf.timing import percentile
+
+    slow = [r > SLOWED_LOOP for r in ratios]
+    if not any(slow):
+        return [1.0] * len(times), None
+    fast_times = sorted(t for t, sl in zip(times, slow, strict=True) if not sl)
+    slow_times = sorted(t for t, sl in zip(times, slow, strict=True) if sl)
+    evidence = min(SLOWDOWN_EVIDENCE, max(1, len(times) // 4))
+    if min(len(fast_times), len(slow_times)) < evidence:
+        capped = [min(r, MAX_CORE_FACTOR) for r in ratios]
+        return [r if sl else 1.0 for r, sl in zip(capped, slow, strict=True)], None
+    fast = percentile(fast_times, 25)
+    slowdown = percentile(slow_times, 25) / fast if fast > 0 else 1.0
+    if slowdown <= CODE_SLOWED:
+        return [1.0] * len(times), slowdown
+    return [min(slowdown, r) if sl else 1.0 for r, sl in zip(ratios, slow, strict=True)], slowdown

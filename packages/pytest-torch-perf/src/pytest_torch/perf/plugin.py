@@ -1,5 +1,6 @@
-"""pytest wiring of the perf plugin (entry point ``torch_perf``): options, markers,
-fixtures and hooks. The work lives in plain modules: ``settings`` (the options),
+"""pytest wiring of the perf plugin (entry point ``torch_perf``): options (declared in
+``options``), markers, fixtures and hooks. The work lives in plain modules: ``settings``
+(the options' values),
 ``check_runner`` (latency budgets and baseline checks in a test), ``suite_runner``
 (benchmark cases), ``recording`` (records, xdist hand-over, files written at the end).
 """
@@ -12,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_torch.core.ondemand import register_once
-from pytest_torch.core.options import add_flag_with_ini, add_option_with_ini
 from pytest_torch.perf import recording
 from pytest_torch.perf.marker_specs import BENCHMARK, COMPILE_BUDGET, LATENCY
 from pytest_torch.perf.settings import PerfSettings, read_settings, settings_key
@@ -40,83 +40,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("torch-perf", "torch-perf: latency budgets and perf baselines")
-    add_flag_with_ini(
-        parser,
-        group,
-        "--torch-update-perf",
-        ini="torch_update_perf",
-        help="Record perf baselines for this machine instead of comparing.",
-    )
-    add_flag_with_ini(
-        parser,
-        group,
-        "--torch-perf-strict",
-        ini="torch_perf_strict",
-        help="Fail, instead of skip, perf tests without a comparable baseline.",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-perf-baselines",
-        ini="torch_perf_baselines",
-        default=".torch-perf-baselines.json",
-        metavar="PATH",
-        help="Baseline file, relative to the rootdir.",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-perf-max-time",
-        ini="torch_perf_max_time",
-        default="1.0",
-        metavar="SECONDS",
-        help="Longest time one latency measurement samples (warm-up not included).",
-    )
-    add_flag_with_ini(
-        parser,
-        group,
-        "--torch-benchmark",
-        ini="torch_benchmark",
-        help="Run the @benchmark_suite cases (deselected otherwise, to keep runs fast).",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-benchmark-json",
-        ini="torch_benchmark_json",
-        default=None,
-        metavar="PATH",
-        help="Write every benchmark case's figures and the machine fingerprint as JSON.",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-benchmark-plot",
-        ini="torch_benchmark_plot",
-        default=None,
-        metavar="DIR",
-        help="Draw one PNG per benchmark suite (latency and throughput by batch size).",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-perf-threads",
-        ini="torch_perf_threads",
-        default="1",
-        metavar="N",
-        help="torch intra-op threads while latency, perf_baseline and benchmark suites"
-        " measure (restored after), so timings compare with and without -n.",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-perf-slack-ms",
-        ini="torch_perf_slack_ms",
-        default="0.001",
-        metavar="MS",
-        help="Absolute slack added to the regression limit, for tiny timings.",
-    )
+    from pytest_torch.perf.options import add_options
+
+    add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_torch.core.options import float_option, option_or_ini, option_source
+from pytest_torch.core.options import float_option, int_option, option_or_ini, option_source
 from pytest_torch.core.session import xdist_worker
 
 if TYPE_CHECKING:
@@ -36,11 +36,16 @@ class PerfSettings:
         max_time: float,
         slack_ms: float,
         threads: int,
+        busy_max_time: float = 3.0,
+        min_undisturbed: int = 5,
     ) -> None:
         self.update = update
         self.strict = strict
         self.baseline_path = baseline_path
         self.max_time = max_time
+        #: the sampling cap of a busy measurement, and the undisturbed samples it needs
+        self.busy_max_time = busy_max_time
+        self.min_undisturbed = min_undisturbed
         self.slack_ms = slack_ms
         #: torch's intra-op threads while measuring (--torch-perf-threads)
         self.threads = threads
@@ -56,12 +61,15 @@ class PerfSettings:
         self.benchmark_outputs: list[Path] = []
         self._file: BaselineFile | None = None
         self._machine: str | None = None
-        self._calibrated = False
 
     def sampling(self) -> SamplingSettings:
         from pytest_torch.perf.timing import SamplingSettings
 
-        return SamplingSettings(max_time=self.max_time)
+        return SamplingSettings(
+            max_time=self.max_time,
+            busy_max_time=max(self.busy_max_time, self.max_time),
+            min_undisturbed=self.min_undisturbed,
+        )
 
     def file(self) -> BaselineFile:
         if self._file is None:
@@ -76,25 +84,6 @@ class PerfSettings:
 
             self._machine = hardware_fingerprint().key
         return self._machine
-
-    def calibrate(self) -> None:
-        """Before the session's first measurement: tell the interference monitor how
-        fast its reference loop ran on this machine when baselines were recorded, so a
-        process whose cores are slow from its first second is seen to be slow."""
-        if self._calibrated:
-            return
-        self._calibrated = True
-        import platform
-
-        from pytest_torch.perf.baselines import BaselineFileError
-        from pytest_torch.perf.contention import note_reference
-
-        try:
-            best = self.file().reference_loop_us(self.machine(), platform.python_version())
-        except BaselineFileError:  # reported by the baseline checks that need the file
-            return
-        if best is not None:
-            note_reference(best / 1e6)
 
     def header(self) -> list[str]:
         """The lines of the run's header: the thread count, and a warning if it overruns."""
@@ -124,6 +113,16 @@ def read_settings(config: pytest.Config) -> PerfSettings:
             config, "torch_perf_slack_ms", "--torch-perf-slack-ms", zero=True, example="0.001"
         ),
         threads=thread_count(config),
+        busy_max_time=float_option(
+            config, "torch_perf_busy_max_time", "--torch-perf-busy-max-time", example="3.0"
+        ),
+        min_undisturbed=int_option(
+            config,
+            "torch_perf_min_undisturbed",
+            "--torch-perf-min-undisturbed",
+            minimum=1,
+            example=5,
+        ),
     )
     if xdist_worker(config) is None:
         settings.threads_warning = threads_warning(config, settings.threads)

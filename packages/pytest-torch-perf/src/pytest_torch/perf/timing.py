@@ -6,9 +6,11 @@ spread is tight or a time cap is hit. Calls too short to time one by one are gro
 into blocks. The device is synchronized (or timed with device events) through the
 core device layer, under whatever thread count is in force (``calls`` sets one).
 
-With a contention probe (``contention.py``), each sample also records how long this
-process waited for a CPU meanwhile: samples that waited are set aside, and the result
-carries the figures that say whether the machine was too busy for a verdict.
+With an interference monitor (``contention.py``), each sample also records how long
+this process waited meanwhile and how fast its core ran: disturbed samples are set
+aside, sampling goes on (up to ``busy_max_time``) until enough undisturbed ones are
+in, and the result carries the figures of the interference and, per sample, the
+fastest the code can have run it (``generous_ms``).
 
 ``torch.utils.benchmark.Timer`` is the closest tool; it times code strings under a
 thread count it sets itself (one by default), does not report the first call, and
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from pytest_torch.perf.contention import Interference, Monitor, Reading
+    from pytest_torch.perf.contention import Interference, Monitor
 
 STATISTICS = ("median", "mean", "min", "p90", "p99")
 
@@ -55,10 +57,19 @@ class SamplingSettings:
     warmup_max_calls: int = 50
     #: calls are grouped so that one sample lasts at least this long
     min_sample_time: float = 1e-3
+    #: undisturbed samples a measurement needs to be judged by them (they must also add
+    #: up to ``contention.MIN_UNDISTURBED_S``) ...
+    min_undisturbed: int = 5
+    #: ... and the cap on sampling while they are too few (at least ``max_time``)
+    busy_max_time: float = 3.0
 
     def __post_init__(self) -> None:
         if not self.max_time > 0:
             raise ValueError(f"max_time must be positive, got {self.max_time}")
+        if not self.busy_max_time > 0:
+            raise ValueError(f"busy_max_time must be positive, got {self.busy_max_time}")
+        if self.min_undisturbed < 1:
+            raise ValueError(f"min_undisturbed must be at least 1, got {self.min_undisturbed}")
         if not 0 < self.target_spread < 1:
             raise ValueError(f"target_spread must be in (0, 1), got {self.target_spread}")
 
@@ -85,11 +96,14 @@ class LatencyResult:
     threads: int
     #: why sampling stopped: "spread" (tight enough), "time cap" or "max samples"
     stopped_by: str
-    #: samples set aside because this process waited for a CPU during them (not in
-    #: ``samples_ms`` unless too few were left: then every sample is there)
+    #: samples set aside because this process waited during them or its core ran slow
+    #: (not in ``samples_ms`` unless too few were left: then every sample is there)
     set_aside_ms: tuple[float, ...] = ()
-    #: what other processes cost this measurement; None without a contention probe
+    #: what other processes cost this measurement; None without a monitor
     interference: Interference | None = None
+    #: per sample (all of them, set aside or not), the fastest the code can have run:
+    #: its time less its wait, divided by its core's slowdown; empty without a monitor
+    generous_ms: tuple[float, ...] = ()
     _sorted: list[float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -99,9 +113,17 @@ class LatencyResult:
 
     @property
     def busy(self) -> bool:
-        """Other processes kept this one from the CPU too much for a slow result to be
-        blamed on the code (see :class:`~pytest_torch.perf.contention.Interference`)."""
+        """Too few undisturbed samples to judge by: the statistics are upper bounds (see
+        :class:`~pytest_torch.perf.contention.Interference`)."""
         return self.interference is not None and self.interference.busy
+
+    def generous(self, name: str) -> float:
+        """The statistic ``name`` over the generous figures: the fastest the code can
+        have run, taking out every wait and core slowdown seen (the statistic itself
+        without a monitor)."""
+        if not self.generous_ms:
+            return self.stat(name)
+        return LatencyResult(self.generous_ms, 0.0, 0, 1, self.device, self.threads, "").stat(name)
 
     @property
     def runs(self) -> int:
@@ -166,7 +188,7 @@ class LatencyResult:
                 if count
             )
             if self.runs == found.samples:
-                aside = f" (disturbed: {why}; too few were not to set them aside)"
+                aside = f" (disturbed: {why}; too few were not: all kept, each an upper bound)"
             else:
                 aside = f", {found.set_aside} more set aside (disturbed: {why})"
         return (
@@ -227,7 +249,7 @@ def measure(
 
     ``timer`` times one block of calls on the device; ``clock`` only bounds how long
     the measurement may take. ``monitor`` (see ``contention.Monitor``) watches for
-    interference between samples. All are injected so tests can fake them.
+    interference around every sample. All are injected so tests can fake them.
     """
     settings = settings or SamplingSettings()
     first = _timed(fn, timer, 1)  # traced, if a tracer is on: coverage still sees the code
@@ -270,24 +292,28 @@ def _sample(
     first: float,
     monitor: Monitor | None,
 ) -> LatencyResult:
-    from pytest_torch.perf.contention import MIN_UNDISTURBED
+    from pytest_torch.perf.contention import MIN_UNDISTURBED_S, enough_undisturbed
 
     warmup_calls, calls = _warm_up(fn, timer, settings, clock, first)
     elapsed: list[float] = []  # seconds per block of calls
     kept: list[float] = []  # per-call seconds of the undisturbed samples, as they come
-    readings: list[Reading] = []
     stopped_by = "max samples"
     if monitor is not None:
         monitor.start()
-        readings.append(monitor.reading())
     sample_start = clock()
     while len(elapsed) < settings.max_samples:
-        elapsed.append(_timed(fn, timer, calls))
-        if monitor is not None:
-            readings.append(monitor.reading())
-        if monitor is None or not monitor.disturbed(readings[-2], readings[-1], elapsed[-1]):
+        if monitor is None:
+            elapsed.append(_timed(fn, timer, calls))
+        else:
+            elapsed.append(monitor.timed(lambda: _timed(fn, timer, calls)))
+        if monitor is None or monitor.undisturbed(len(elapsed) - 1, elapsed[-1]):
             kept.append(elapsed[-1] / calls)
-        if len(kept) >= settings.min_samples:
+        # on a busy machine sampling goes on, up to its own cap, until enough
+        # undisturbed samples are in to judge by
+        enough = enough_undisturbed(
+            len(kept), len(elapsed), sum(kept) * calls, settings.min_undisturbed
+        )
+        if len(kept) >= settings.min_samples and enough:
             ordered = sorted(kept)
             median = percentile(ordered, 50)
             iqr = percentile(ordered, 75) - percentile(ordered, 25)
@@ -295,22 +321,37 @@ def _sample(
                 stopped_by = "spread"
                 break
         spent = clock() - sample_start
-        # time lost to interference earns a longer cap (up to twice): enough undisturbed
-        # samples make a measurement that can still be judged
-        enough = len(kept) >= MIN_UNDISTURBED or spent >= 2 * settings.max_time
-        if spent >= settings.max_time and len(elapsed) >= 3 and enough:
+        capped = enough or spent >= settings.busy_max_time
+        if spent >= settings.max_time and len(elapsed) >= 3 and capped:
             stopped_by = "time cap"
             break
     sampling = clock() - sample_start
     per_call = [seconds / calls for seconds in elapsed]
-    interference = None
-    aside = [False] * len(elapsed)
-    if monitor is not None:
-        # judged again against the loop's best as it stands now
-        aside, interference = monitor.finish(readings, elapsed, sampling)
+    if monitor is None:
+        return _result(per_call, [False] * len(elapsed), (), None, first, warmup_calls,
+                       calls, device, threads, stopped_by)  # fmt: skip
+    judged = monitor.finish(elapsed, sampling, settings.min_undisturbed, MIN_UNDISTURBED_S)
+    generous = tuple(seconds / calls * 1e3 for seconds in judged.generous)
+    return _result(per_call, judged.aside, generous, judged.interference, first, warmup_calls,
+                   calls, device, threads, stopped_by)  # fmt: skip
+
+
+def _result(
+    per_call: list[float],
+    aside: list[bool],
+    generous_ms: tuple[float, ...],
+    interference: Interference | None,
+    first: float,
+    warmup_calls: int,
+    calls: int,
+    device: str,
+    threads: int,
+    stopped_by: str,
+) -> LatencyResult:
     clean = [t for t, set_aside in zip(per_call, aside, strict=True) if not set_aside]
-    # too few undisturbed samples: every sample stays, each an upper bound
-    samples = clean if len(clean) >= MIN_UNDISTURBED else per_call
+    # a busy measurement keeps every sample, each an upper bound
+    busy = interference is not None and interference.busy
+    samples = per_call if busy or not clean else clean
     return LatencyResult(
         samples_ms=tuple(t * 1e3 for t in samples),
         first_call_ms=first * 1e3,
@@ -321,4 +362,5 @@ def _sample(
         stopped_by=stopped_by,
         set_aside_ms=tuple(t * 1e3 for t, a in zip(per_call, aside, strict=True) if a),
         interference=interference,
+        generous_ms=generous_ms,
     )

@@ -1,0 +1,188 @@
+"""Settling a verdict from repeated measurements, in proportion to what interference can
+explain, and the sentences that say how it was settled.
+
+A measurement over its limit is taken again before anything fails. Each one counts as:
+
+- **over** when it was judged from enough undisturbed samples, on a core as fast as
+  the one the reference was recorded on, and is over the limit;
+- **over even so** when it was busy (too few undisturbed samples) or its core ran
+  slower than at recording, but the generous reading, which takes out every wait and
+  divides by every core slowdown seen, is still over the limit: no interference that
+  was measured can explain the excess;
+- **busy** (or **slower host**) when interference (or a slower core) could have put
+  it over the limit.
+
+Two overs of either kind make a failure; a measurement within the limit passes (time
+lost to other processes only adds, so the code is at least that fast); two of the
+others, or three measurements without a decision, are "not judged".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from pytest_torch.perf.timing import LatencyResult, fmt_ms
+
+NOT_JUDGED = "not judged: machine busy"
+NOT_JUDGED_HOST = "not judged: slower host"
+#: how a measurement over its limit counts (see the module docstring)
+OVER, OVER_EVEN_SO, BUSY, SLOWER_HOST = "over", "over even so", "busy", "slower host"
+#: Measurements one verdict may take (a limit crossed is measured again).
+MAX_MEASUREMENTS = 3
+
+Measured = tuple[LatencyResult, Mapping[str, int]]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """How repeated measurements ended: "within" the limit, "over" it in two judged
+    measurements, or "busy" (over it only where interference could explain it)."""
+
+    decision: str
+    taken: list[Measured]
+    #: per measurement: "within", or how it counted when over its limit
+    kinds: tuple[str, ...] = ()
+
+    @property
+    def last(self) -> Measured:
+        return self.taken[-1]
+
+    @property
+    def generous(self) -> bool:
+        """The failure rests on the generous reading of a busy measurement."""
+        return self.decision == "over" and self.kinds[-1] == OVER_EVEN_SO
+
+    @property
+    def not_judged(self) -> str:
+        """The verdict when nothing was decided: busy, or a slower host."""
+        return NOT_JUDGED if BUSY in self.kinds else NOT_JUDGED_HOST
+
+    def notes(self, value: Callable[[LatencyResult], float]) -> list[str]:
+        """What the measurements said, for the message (``value``: the statistic)."""
+
+        def shown(result: LatencyResult) -> str:
+            return f"{fmt_ms(value(result))}{' (machine busy)' if result.busy else ''}"
+
+        *earlier, last = [result for result, _ in self.taken]
+        if self.decision == "within":
+            notes = []
+            if earlier:
+                notes.append(
+                    f"over the limit at first ({', '.join(map(shown, earlier))}), then within"
+                    f" it ({fmt_ms(value(last))}): treated as noise"
+                )
+            if last.busy and last.interference is not None:
+                notes.append(
+                    f"measured while the machine was busy ({last.interference.evidence()});"
+                    " within the limit even so: time taken by other processes only adds, so"
+                    " the code is at least this fast"
+                )
+            return notes
+        if self.decision == "over":
+            counted = [
+                result
+                for (result, _), kind in zip(self.taken[:-1], self.kinds[:-1], strict=True)
+                if kind in (OVER, OVER_EVEN_SO)
+            ]
+            note = f"confirmed by a second measurement (first: {shown(counted[0])})"
+            busy = [
+                fmt_ms(value(result))
+                for (result, _), kind in zip(self.taken, self.kinds, strict=True)
+                if kind in (BUSY, SLOWER_HOST)
+            ]
+            if busy:
+                note += f"; disturbed and not counted: {', '.join(busy)}"
+            return [note]
+        return [f"measured {len(self.taken)} times: {', '.join(map(shown, [*earlier, last]))}"]
+
+
+def settle(
+    measure: Callable[[], Measured],
+    over: Callable[[LatencyResult], bool],
+    counts: Callable[[LatencyResult], str],
+) -> Settled:
+    """Measure until the verdict is clear (at most :data:`MAX_MEASUREMENTS` times).
+    ``over``: the statistic is over the limit; ``counts``: how a measurement over it
+    counts (:data:`OVER`, :data:`OVER_EVEN_SO`, :data:`BUSY` or :data:`SLOWER_HOST`)."""
+    taken: list[Measured] = []
+    kinds: list[str] = []
+    while True:
+        taken.append(measure())
+        result = taken[-1][0]
+        if not over(result):
+            kinds.append("within")
+            return Settled("within", taken, tuple(kinds))
+        kinds.append(counts(result))
+        judged = sum(kind in (OVER, OVER_EVEN_SO) for kind in kinds)
+        if judged == 2:
+            return Settled("over", taken, tuple(kinds))
+        if len(kinds) - judged == 2 or len(taken) >= MAX_MEASUREMENTS:
+            return Settled("busy", taken, tuple(kinds))
+
+
+def counted(busy: bool, slower_host: bool, over_even_so: bool) -> str:
+    """How a measurement over its limit counts: at face value when it was neither busy
+    nor on a slower core, else by whether its generous reading is over too."""
+    if not busy and not slower_host:
+        return OVER
+    if over_even_so:
+        return OVER_EVEN_SO
+    return BUSY if busy else SLOWER_HOST
+
+
+def busy_advice(strict: bool) -> str:
+    what = "failed (--torch-perf-strict)" if strict else "skipped (--torch-perf-strict fails it)"
+    return (
+        f"This test is {what}. Run perf tests where nothing else competes for the cores:"
+        " no heavy jobs beside them, and no more xdist workers x --torch-perf-threads"
+        " than cores; or let a busy measurement sample longer for undisturbed samples"
+        " (--torch-perf-busy-max-time)."
+    )
+
+
+def generous_reading(result: LatencyResult, stat: str, limit_ms: float, host: float = 1.0) -> str:
+    """The arithmetic that leaves a measurement over its limit (or not) once everything
+    interference can explain is taken out: what was taken out, and where that leaves
+    the code (``host``: how much slower this host's core runs than the recording one's)."""
+    found = result.interference
+    assert found is not None  # only a monitor makes a measurement busy
+    taken_out = []
+    if found.waited_share >= 0.005:
+        taken_out.append(f"the {100 * found.waited_share:.0f} % of the time this process waited")
+    if found.core_factor > 1.0:
+        taken_out.append(f"a core up to {found.core_factor:.2f}x slow")
+    if host > 1.0:
+        taken_out.append(f"a core {host:.2f}x slower than the one the baseline was recorded on")
+    fastest = result.generous(stat) / host
+    where = (
+        f"still {fastest / limit_ms:.1f}x the limit of {fmt_ms(limit_ms)}"
+        if fastest > limit_ms
+        else f"within the limit of {fmt_ms(limit_ms)}, so the excess may not be the code's"
+    )
+    return (
+        f"after taking out {', and '.join(taken_out) or 'nothing'}, the code can have run"
+        f" at best at {stat} {fmt_ms(fastest)}: {where}"
+    )
+
+
+def machine_line(
+    result: LatencyResult, settled: Settled, stat: str, limit_ms: float, host: float = 1.0
+) -> str:
+    """The failure message's line on the machine: quiet, busy but judged from the
+    undisturbed samples, or busy (or slower) and over the limit even so."""
+    found = result.interference
+    if found is None:
+        return ""
+    if settled.generous:
+        state = "busy" if result.busy else "slower than at recording"
+        return (
+            f"  machine: {state} ({found.evidence()}); over the limit even so:"
+            f" {generous_reading(result, stat, limit_ms, host)}"
+        )
+    if found.disturbed:
+        return (
+            f"  machine: busy, judged from the {found.undisturbed} undisturbed samples"
+            f" ({found.evidence()})"
+        )
+    return f"  machine: not busy ({found.evidence()})"
