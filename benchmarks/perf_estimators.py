@@ -9,9 +9,6 @@ fresh processes under five conditions, several rounds interleaved:
 - a twin process measuring the same models at the same time (what ``-n 2`` does);
 - idle with every model doing 1.5x the work (a real slowdown).
 
-Each process is told the fastest the reference loop ran in the processes before it, as
-the baseline file tells a run how fast the loop ran when baselines were recorded.
-
 For each statistic (median, p10, min), of every sample (what a plain timer sees) and of
 the undisturbed samples the engine keeps, the worst interference ratio (any condition
 but the slowdown, over the reference; and among the measurements the checks would
@@ -40,14 +37,12 @@ SIZES = [(64, 64, 1), (128, 256, 32), (256, 512, 128), (512, 1024, 128), (1024, 
 WORKER = """
 import json, sys
 import torch
-from pytest_torch.perf import contention, measure_latency
+from pytest_torch.perf import measure_latency
 from pytest_torch.perf.timing import LatencyResult, SamplingSettings
 
 units = float(sys.argv[1])
 sizes = json.loads(sys.argv[2])
 STATISTICS = json.loads(sys.argv[3])
-if sys.argv[4] != "none":  # the machine's best reference loop, as a baseline file keeps it
-    contention.note_reference(float(sys.argv[4]))
 out = {}
 for width, hidden, batch in sizes:
     torch.manual_seed(0)
@@ -67,28 +62,17 @@ for width, hidden, batch in sizes:
     figures.update({f"{name} all": raw.stat(name) for name in STATISTICS})
     out[f"{width}-{hidden}-{batch}"] = {**figures, "busy": result.busy}
 print("RESULT " + json.dumps(out))
-print("LOOP " + repr(contention.PROCESS.best))
 """
 
 
-#: the fastest reference loop any worker saw, handed to the next ones as a baseline file
-#: hands it to a run: a process slow from its start is then seen to be slow
-MACHINE_LOOP: list[float] = []
-
-
 def worker(units: int, *, twin: bool = False) -> dict[str, dict[str, float]]:
-    loop = repr(min(MACHINE_LOOP)) if MACHINE_LOOP else "none"
     command = [
-        sys.executable, "-c", WORKER, str(units), json.dumps(SIZES), json.dumps(STATISTICS), loop
+        sys.executable, "-c", WORKER, str(units), json.dumps(SIZES), json.dumps(STATISTICS)
     ]  # fmt: skip
     processes = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True)]
     if twin:
         processes.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
     outputs = [p.communicate()[0] for p in processes]
-    for output in outputs:
-        for line in output.splitlines():
-            if line.startswith("LOOP ") and line != "LOOP None":
-                MACHINE_LOOP.append(float(line.removeprefix("LOOP ")))
     line = next(line for line in outputs[0].splitlines() if line.startswith("RESULT "))
     return json.loads(line.removeprefix("RESULT "))
 

@@ -25,7 +25,7 @@ BENCHMARKS = [
     ("perf_accuracy.py", [], ["--rounds", "3"]),
     ("perf_cost.py", [], ["--calls", "5"]),
     ("perf_estimators.py", [], ["--rounds", "2"]),
-    ("perf_busy_machine.py", [], ["--reruns", "3"]),
+    ("perf_busy_machine.py", [], ["--reruns", "3", "--slow-reruns", "2", "--record-reruns", "2"]),
     ("memory_cost.py", [], ["--repeats", "10"]),
     ("leak_cost.py", [], ["--repeats", "5"]),
     ("determinism_cost.py", [], ["--repeats", "3"]),
