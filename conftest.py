@@ -249,7 +249,7 @@ import time
 
 import pytest
 
-from pytest_torch.perf import contention
+from pytest_torch.perf import contention, machine_probes
 
 BUSY = {busy}
 
@@ -275,7 +275,7 @@ class FakeMonitor(contention.Monitor):
             loop=lambda: 2e-5,
             machine=lambda: None,
             cores=2,
-            reference=contention.LoopReference(),
+            reference=machine_probes.LoopReference(),
             thread_clock=lambda: share * time.perf_counter(),
         )
 

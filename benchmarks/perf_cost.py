@@ -17,7 +17,8 @@ from _harness import figure
 from pytest_torch.core.devices import Stopwatch
 from pytest_torch.perf import measure_latency
 from pytest_torch.perf.calls import torch_threads
-from pytest_torch.perf.contention import Monitor, wait_probe
+from pytest_torch.perf.contention import Monitor
+from pytest_torch.perf.machine_probes import wait_probe
 from pytest_torch.perf.timing import measure
 
 

@@ -6,15 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_torch.perf import contention
-from pytest_torch.perf.contention import (
-    Interference,
-    LoopReference,
-    MachineReading,
-    Monitor,
-    RunQueueProbe,
-    core_factors,
-)
+from pytest_torch.perf import contention, machine_probes
+from pytest_torch.perf.contention import Interference, Monitor, core_factors
+from pytest_torch.perf.machine_probes import LoopReference, MachineReading, RunQueueProbe
 from pytest_torch.perf.timing import SamplingSettings, measure
 
 MS = 1e-3
@@ -306,35 +300,35 @@ def test_probes_by_platform(monkeypatch):
     def unavailable(*args):
         raise OSError("no schedstat")
 
-    assert isinstance(contention.wait_probe("cuda", 4), (RunQueueProbe, type(None)))
-    monkeypatch.setattr(contention, "RunQueueProbe", unavailable)
-    assert contention.wait_probe("cpu", 1) is None
-    assert contention.off_cpu_waits("cpu", 1)  # then time off the CPU is waiting ...
-    assert not contention.off_cpu_waits("cpu", 2)  # ... but not with workers beside
-    assert not contention.off_cpu_waits("cuda", 1)  # nor while waiting for the GPU
+    assert isinstance(machine_probes.wait_probe("cuda", 4), (RunQueueProbe, type(None)))
+    monkeypatch.setattr(machine_probes, "RunQueueProbe", unavailable)
+    assert machine_probes.wait_probe("cpu", 1) is None
+    assert machine_probes.off_cpu_waits("cpu", 1)  # then time off the CPU is waiting ...
+    assert not machine_probes.off_cpu_waits("cpu", 2)  # ... but not with workers beside
+    assert not machine_probes.off_cpu_waits("cuda", 1)  # nor while waiting for the GPU
 
 
 def test_the_reference_loop_drops_a_run_spent_off_its_cpu():
     ticks = iter([0.0, 10.0, 30.0, 30.0])  # thread clock: 20 of 30 µs off the CPU
     walls = iter([5.0, 35.0])
-    assert contention.reference_loop(lambda: next(walls), lambda: next(ticks)) is None
+    assert machine_probes.reference_loop(lambda: next(walls), lambda: next(ticks)) is None
     ticks = iter([0.0, 29.0])
     walls = iter([5.0, 35.0])
-    assert contention.reference_loop(lambda: next(walls), lambda: next(ticks)) == 30.0
-    assert contention.reference_loop() > 0
+    assert machine_probes.reference_loop(lambda: next(walls), lambda: next(ticks)) == 30.0
+    assert machine_probes.reference_loop() > 0
 
 
 def test_machine_counters_from_proc_stat(tmp_path):
     stat = tmp_path / "stat"
     stat.write_text("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3\n")
-    reading = contention.read_machine(str(stat))
+    reading = machine_probes.read_machine(str(stat))
     hertz = __import__("os").sysconf("SC_CLK_TCK")
     assert reading.busy_s == pytest.approx(155 / hertz)
     assert reading.steal_s == pytest.approx(35 / hertz)
     assert reading.total_s == pytest.approx(1000 / hertz)
     stat.write_text("intr 1 2 3\n")
-    assert contention.read_machine(str(stat)) is None
-    assert contention.read_machine(str(tmp_path / "missing")) is None
+    assert machine_probes.read_machine(str(stat)) is None
+    assert machine_probes.read_machine(str(tmp_path / "missing")) is None
 
 
 def test_the_reference_keeps_the_fastest_loop():

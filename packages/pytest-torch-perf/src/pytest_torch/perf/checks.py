@@ -21,6 +21,7 @@ from pytest_torch.perf.marker_specs import LATENCY
 from pytest_torch.perf.records import PerfRecord
 from pytest_torch.perf.rule import (
     MEMORY_SLACK_BYTES,
+    Verdict,
     improved,
     judge,
     latency_limit_text,
@@ -34,8 +35,11 @@ from pytest_torch.perf.settling import (
     busy_advice,
     counted,
     generous_reading,
+    host_factor,
     machine_line,
+    not_judged_cause,
     settle,
+    slower_host_advice,
 )
 from pytest_torch.perf.timing import STATISTICS, LatencyResult, fmt_ms
 
@@ -346,62 +350,36 @@ def compare(
     if baseline.threads != threads or stat not in STATISTICS:
         return _not_comparable(label, baseline, threads, strict, rerecord)
 
-    def value(result: LatencyResult) -> float:
-        return result.stat(stat)
-
     def regressed(figure: float) -> bool:
         return judge(figure, baseline.latency_ms, tolerance, slack_ms).regressed
 
     def counts(result: LatencyResult) -> str:
         host = host_factor(result, baseline)
-        generous = regressed(result.generous(stat) / host)
-        return counted(result.busy, host > 1.0, generous)
+        return counted(result.busy, host > 1.0, regressed(result.generous(stat) / host))
 
-    settled = settle(measure, lambda r: regressed(value(r)), counts)
+    settled = settle(measure, lambda r: regressed(r.stat(stat)), counts)
     result, memory = settled.last
-    latency = judge(value(result), baseline.latency_ms, tolerance, slack_ms)
-    notes = settled.notes(value)
+    latency = judge(result.stat(stat), baseline.latency_ms, tolerance, slack_ms)
+    notes = settled.notes(lambda r: r.stat(stat))
     memory_failures = _memory_failures(memory, baseline, memory_tolerance)
     version_note = (
-        f"; baseline from torch {baseline.torch}, now {torch_version}"
-        if baseline.torch != torch_version
-        else ""
+        ""
+        if baseline.torch == torch_version
+        else f"; baseline from torch {baseline.torch}, now {torch_version}"
     )
-    if settled.decision == "over":
-        verdict_text = "REGRESSION"
-        if settled.generous:
-            verdict_text += " (machine busy)" if result.busy else " (slower host)"
-    elif memory_failures:
-        verdict_text = "MEMORY REGRESSION"
-    elif settled.decision == "busy":
-        verdict_text = settled.not_judged
-    elif improved(latency, tolerance):
-        verdict_text = f"improved {100 * -latency.change:.0f} %"
-    else:
-        verdict_text = "ok (machine busy)" if result.busy else "ok"
-    row = PerfRecord(
-        label=label,
-        check="baseline",
-        stat=stat,
-        measured_ms=value(result),
-        reference_ms=baseline.latency_ms,
-        change_pct=100 * latency.change,
-        verdict=_with_version(verdict_text, baseline.torch, torch_version),
-        spread_pct=100 * result.spread,
-        peak_memory_mb=_peak_mb(memory),
-    )
+    verdict_text = _verdict_text(settled, latency, tolerance, bool(memory_failures))
+    verdict = _with_version(verdict_text, baseline.torch, torch_version)
+    row = _comparison_row(label, result, baseline, latency, memory, verdict)
     limit = latency_limit_text(latency, tolerance, slack_ms)
     host = host_factor(result, baseline)
     if verdict_text in (NOT_JUDGED, NOT_JUDGED_HOST):
-        assert result.interference is not None  # only a monitor makes a measurement busy
         message = "\n".join(
             [
-                f"{label}: {verdict_text}. {stat} {fmt_ms(value(result))} vs baseline"
+                f"{label}: {verdict_text}. {stat} {fmt_ms(result.stat(stat))} vs baseline"
                 f" {fmt_ms(baseline.latency_ms)} = {latency.ratio:.2f}x is over the {limit},"
-                f" but {_not_judged_cause(result, baseline, host)};"
-                f" {generous_reading(result, stat, latency.limit, host)}.",
+                f" but {not_judged_cause(result, baseline, host, stat, latency.limit)}.",
                 f"  {notes[0]}",
-                f"  {busy_advice(strict) if result.busy else _slower_host_advice(strict)}",
+                f"  {busy_advice(strict) if result.busy else slower_host_advice(strict)}",
             ]
         )
         status = "fail" if strict else "skip"
@@ -413,64 +391,62 @@ def compare(
         return Outcome("pass", message, row, baseline, result, notes)
     lines = [f"performance regression in {label}:"]
     if settled.decision == "over":
-        lines.append(
-            f"  latency ({stat}): {fmt_ms(value(result))} vs baseline"
+        lines += [
+            f"  latency ({stat}): {fmt_ms(result.stat(stat))} vs baseline"
             f" {fmt_ms(baseline.latency_ms)} = {latency.ratio:.2f}x"
-            f" ({100 * latency.change:+.1f} %); {limit}"
-        )
-    lines += memory_failures
-    lines.append(f"  now: {result.describe()}")
-    if settled.decision == "over":
-        lines.append(machine_line(result, settled, stat, latency.limit, host))
-    lines.append(
+            f" ({100 * latency.change:+.1f} %); {limit}",
+            *memory_failures,
+            f"  now: {result.describe()}",
+            machine_line(result, settled, stat, latency.limit, host),
+        ]
+    else:
+        lines += [*memory_failures, f"  now: {result.describe()}"]
+    lines += [
         f"  baseline: recorded {baseline.recorded} with torch {baseline.torch},"
-        f" {baseline.threads} thread(s), on {machine}{version_note}"
-    )
-    lines += [f"  note: {note}" for note in notes]
-    lines.append(
-        f"  If the slowdown is intended (a bigger model, a new feature), re-record with: {rerecord}"
-    )
+        f" {baseline.threads} thread(s), on {machine}{version_note}",
+        *[f"  note: {note}" for note in notes],
+        f"  If the slowdown is intended (a bigger model, a new feature), re-record with:"
+        f" {rerecord}",
+    ]
     return Outcome("fail", "\n".join(line for line in lines if line), row, baseline, result, notes)
 
 
-def host_factor(result: LatencyResult, baseline: Baseline) -> float:
-    """How much slower this process's core ran the reference loop than the process that
-    recorded ``baseline`` did, when notably slower (1.0 otherwise; at most
-    ``MAX_CORE_FACTOR``): what a slower host, or a core slowed all along, can explain."""
-    from pytest_torch.perf.contention import MAX_CORE_FACTOR, SLOWED_LOOP
-
-    found = result.interference
-    if found is None or not found.reference_loop_s or not baseline.reference_loop_us:
-        return 1.0
-    ratio = found.reference_loop_s * 1e6 / baseline.reference_loop_us
-    return min(ratio, MAX_CORE_FACTOR) if ratio > SLOWED_LOOP else 1.0
-
-
-def _not_judged_cause(result: LatencyResult, baseline: Baseline, host: float) -> str:
-    assert result.interference is not None
-    causes = []
-    if result.busy:
-        causes.append(
-            f"other processes slowed the measurement down: {result.interference.evidence()}"
-        )
-    if host > 1.0:
-        causes.append(
-            f"this process's core ran a reference loop {host:.2f}x slower than the one that"
-            f" recorded the baseline ({1e6 * (result.interference.reference_loop_s or 0):.3g} µs"
-            f" vs {baseline.reference_loop_us:.3g} µs at best)"
-        )
-    return "; and ".join(causes)
-
-
-def _slower_host_advice(strict: bool) -> str:
-    what = "failed (--torch-perf-strict)" if strict else "skipped (--torch-perf-strict fails it)"
-    return (
-        f"This test is {what}. Its core is slower than the recording one's by more than"
-        " the code's excess: a slower host that shares the machine key (cloud runners of"
-        " one CPU model differ), or a core slowed by a neighbour all along. Re-run it; if"
-        " this host is simply slower, record baselines on it (--torch-update-perf) and keep"
-        " them apart (--torch-perf-baselines)."
+def _comparison_row(
+    label: str,
+    result: LatencyResult,
+    baseline: Baseline,
+    latency: Verdict,
+    memory: Mapping[str, int],
+    verdict: str,
+) -> PerfRecord:
+    """The table's row of a comparison."""
+    return PerfRecord(
+        label=label,
+        check="baseline",
+        stat=baseline.stat,
+        measured_ms=result.stat(baseline.stat),
+        reference_ms=baseline.latency_ms,
+        change_pct=100 * latency.change,
+        verdict=verdict,
+        spread_pct=100 * result.spread,
+        peak_memory_mb=_peak_mb(memory),
     )
+
+
+def _verdict_text(settled: Settled, latency: Verdict, tolerance: float, memory: bool) -> str:
+    """The table's verdict of a comparison (before the torch version note)."""
+    result = settled.last[0]
+    if settled.decision == "over":
+        if not settled.generous:
+            return "REGRESSION"
+        return "REGRESSION (machine busy)" if result.busy else "REGRESSION (slower host)"
+    if memory:
+        return "MEMORY REGRESSION"
+    if settled.decision == "busy":
+        return settled.not_judged
+    if improved(latency, tolerance):
+        return f"improved {100 * -latency.change:.0f} %"
+    return "ok (machine busy)" if result.busy else "ok"
 
 
 def _not_comparable(

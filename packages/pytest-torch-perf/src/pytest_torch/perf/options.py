@@ -6,103 +6,98 @@ import pytest
 
 from pytest_torch.core.options import add_flag_with_ini, add_option_with_ini
 
+#: in ``--help`` order: flag, ini name, default, metavar (None: an on/off flag), help
+OPTIONS: tuple[tuple[str, str, str | None, str | None, str], ...] = (
+    (
+        "--torch-update-perf",
+        "torch_update_perf",
+        None,
+        None,
+        "Record perf baselines for this machine instead of comparing.",
+    ),
+    (
+        "--torch-perf-strict",
+        "torch_perf_strict",
+        None,
+        None,
+        "Fail, instead of skip, perf tests without a comparable baseline.",
+    ),
+    (
+        "--torch-perf-baselines",
+        "torch_perf_baselines",
+        ".torch-perf-baselines.json",
+        "PATH",
+        "Baseline file, relative to the rootdir.",
+    ),
+    (
+        "--torch-perf-max-time",
+        "torch_perf_max_time",
+        "1.0",
+        "SECONDS",
+        "Longest time one latency measurement samples (warm-up not included).",
+    ),
+    (
+        "--torch-perf-busy-max-time",
+        "torch_perf_busy_max_time",
+        "3.0",
+        "SECONDS",
+        "On a busy machine, how long one measurement may sample in all to collect"
+        " enough undisturbed samples (at least --torch-perf-max-time).",
+    ),
+    (
+        "--torch-perf-min-undisturbed",
+        "torch_perf_min_undisturbed",
+        "5",
+        "N",
+        "Undisturbed samples (adding up to 20 ms or more) a measurement needs to be"
+        " judged and recorded from them; with fewer it is busy.",
+    ),
+    (
+        "--torch-benchmark",
+        "torch_benchmark",
+        None,
+        None,
+        "Run the @benchmark_suite cases (deselected otherwise, to keep runs fast).",
+    ),
+    (
+        "--torch-benchmark-json",
+        "torch_benchmark_json",
+        None,
+        "PATH",
+        "Write every benchmark case's figures and the machine fingerprint as JSON.",
+    ),
+    (
+        "--torch-benchmark-plot",
+        "torch_benchmark_plot",
+        None,
+        "DIR",
+        "Draw one PNG per benchmark suite (latency and throughput by batch size).",
+    ),
+    (
+        "--torch-perf-threads",
+        "torch_perf_threads",
+        "1",
+        "N",
+        "torch intra-op threads while latency, perf_baseline and benchmark suites"
+        " measure (restored after), so timings compare with and without -n.",
+    ),
+    (
+        "--torch-perf-slack-ms",
+        "torch_perf_slack_ms",
+        "0.001",
+        "MS",
+        "Absolute slack added to the regression limit, for tiny timings.",
+    ),
+)
+
 
 def add_options(parser: pytest.Parser) -> None:
     """Declare the perf options, each with its ini twin, in one ``--help`` group."""
     group = parser.getgroup("torch-perf", "torch-perf: latency budgets and perf baselines")
-    add_flag_with_ini(
-        parser,
-        group,
-        "--torch-update-perf",
-        ini="torch_update_perf",
-        help="Record perf baselines for this machine instead of comparing.",
-    )
-    add_flag_with_ini(
-        parser,
-        group,
-        "--torch-perf-strict",
-        ini="torch_perf_strict",
-        help="Fail, instead of skip, perf tests without a comparable baseline.",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-perf-baselines",
-        ini="torch_perf_baselines",
-        default=".torch-perf-baselines.json",
-        metavar="PATH",
-        help="Baseline file, relative to the rootdir.",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-perf-max-time",
-        ini="torch_perf_max_time",
-        default="1.0",
-        metavar="SECONDS",
-        help="Longest time one latency measurement samples (warm-up not included).",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-perf-busy-max-time",
-        ini="torch_perf_busy_max_time",
-        default="3.0",
-        metavar="SECONDS",
-        help="On a busy machine, how long one measurement may sample in all to collect"
-        " enough undisturbed samples (at least --torch-perf-max-time).",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-perf-min-undisturbed",
-        ini="torch_perf_min_undisturbed",
-        default="5",
-        metavar="N",
-        help="Undisturbed samples (adding up to 20 ms or more) a measurement needs to be"
-        " judged and recorded from them; with fewer it is busy.",
-    )
-    add_flag_with_ini(
-        parser,
-        group,
-        "--torch-benchmark",
-        ini="torch_benchmark",
-        help="Run the @benchmark_suite cases (deselected otherwise, to keep runs fast).",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-benchmark-json",
-        ini="torch_benchmark_json",
-        default=None,
-        metavar="PATH",
-        help="Write every benchmark case's figures and the machine fingerprint as JSON.",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-benchmark-plot",
-        ini="torch_benchmark_plot",
-        default=None,
-        metavar="DIR",
-        help="Draw one PNG per benchmark suite (latency and throughput by batch size).",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-perf-threads",
-        ini="torch_perf_threads",
-        default="1",
-        metavar="N",
-        help="torch intra-op threads while latency, perf_baseline and benchmark suites"
-        " measure (restored after), so timings compare with and without -n.",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-perf-slack-ms",
-        ini="torch_perf_slack_ms",
-        default="0.001",
-        metavar="MS",
-        help="Absolute slack added to the regression limit, for tiny timings.",
-    )
+    for flag, ini, default, metavar, text in OPTIONS:
+        if metavar is None:
+            add_flag_with_ini(parser, group, flag, ini=ini, help=text)
+        else:
+            add_option_with_ini(
+                parser, group, flag, ini=ini, default=default, metavar=metavar, help=text
+            )

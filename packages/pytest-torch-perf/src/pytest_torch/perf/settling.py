@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from pytest_torch.perf.baselines import Baseline
+from pytest_torch.perf.contention import MAX_CORE_FACTOR, SLOWED_LOOP
 from pytest_torch.perf.timing import LatencyResult, fmt_ms
 
 NOT_JUDGED = "not judged: machine busy"
@@ -186,3 +188,44 @@ def machine_line(
             f" ({found.evidence()})"
         )
     return f"  machine: not busy ({found.evidence()})"
+
+
+def host_factor(result: LatencyResult, baseline: Baseline) -> float:
+    """How much slower this process's core ran the reference loop than the process that
+    recorded ``baseline`` did, when notably slower (1.0 otherwise; at most
+    ``MAX_CORE_FACTOR``): what a slower host, or a core slowed all along, can explain."""
+    found = result.interference
+    if found is None or not found.reference_loop_s or not baseline.reference_loop_us:
+        return 1.0
+    ratio = found.reference_loop_s * 1e6 / baseline.reference_loop_us
+    return min(ratio, MAX_CORE_FACTOR) if ratio > SLOWED_LOOP else 1.0
+
+
+def not_judged_cause(
+    result: LatencyResult, baseline: Baseline, host: float, stat: str, limit_ms: float
+) -> str:
+    """What kept a comparison from a verdict, and the arithmetic that shows it."""
+    assert result.interference is not None  # only a monitor makes a measurement busy
+    causes = []
+    if result.busy:
+        causes.append(
+            f"other processes slowed the measurement down: {result.interference.evidence()}"
+        )
+    if host > 1.0:
+        causes.append(
+            f"this process's core ran a reference loop {host:.2f}x slower than the one that"
+            f" recorded the baseline ({1e6 * (result.interference.reference_loop_s or 0):.3g} µs"
+            f" vs {baseline.reference_loop_us:.3g} µs at best)"
+        )
+    return f"{'; and '.join(causes)}; {generous_reading(result, stat, limit_ms, host)}"
+
+
+def slower_host_advice(strict: bool) -> str:
+    what = "failed (--torch-perf-strict)" if strict else "skipped (--torch-perf-strict fails it)"
+    return (
+        f"This test is {what}. Its core is slower than the recording one's by more than"
+        " the code's excess: a slower host that shares the machine key (cloud runners of"
+        " one CPU model differ), or a core slowed by a neighbour all along. Re-run it; if"
+        " this host is simply slower, record baselines on it (--torch-update-perf) and keep"
+        " them apart (--torch-perf-baselines)."
+    )

@@ -188,7 +188,7 @@ class LatencyResult:
                 if count
             )
             if self.runs == found.samples:
-                aside = f" (disturbed: {why}; too few were not: all kept, each an upper bound)"
+                aside = f" (disturbed: {why}; too few undisturbed: all kept, each an upper bound)"
             else:
                 aside = f", {found.set_aside} more set aside (disturbed: {why})"
         return (
@@ -297,6 +297,7 @@ def _sample(
     warmup_calls, calls = _warm_up(fn, timer, settings, clock, first)
     elapsed: list[float] = []  # seconds per block of calls
     kept: list[float] = []  # per-call seconds of the undisturbed samples, as they come
+    kept_s = 0.0  # and their sum, in seconds of sampling
     stopped_by = "max samples"
     if monitor is not None:
         monitor.start()
@@ -308,11 +309,10 @@ def _sample(
             elapsed.append(monitor.timed(lambda: _timed(fn, timer, calls)))
         if monitor is None or monitor.undisturbed(len(elapsed) - 1, elapsed[-1]):
             kept.append(elapsed[-1] / calls)
+            kept_s += elapsed[-1]
         # on a busy machine sampling goes on, up to its own cap, until enough
         # undisturbed samples are in to judge by
-        enough = enough_undisturbed(
-            len(kept), len(elapsed), sum(kept) * calls, settings.min_undisturbed
-        )
+        enough = enough_undisturbed(len(kept), len(elapsed), kept_s, settings.min_undisturbed)
         if len(kept) >= settings.min_samples and enough:
             ordered = sorted(kept)
             median = percentile(ordered, 50)
