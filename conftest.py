@@ -273,9 +273,11 @@ class FakeMonitor(contention.Monitor):
             Waiting() if BUSY else None,
             device_type="cpu",
             loop=lambda: 2e-5,
+            core=lambda: 1e-5,
             machine=lambda: None,
             cores=2,
             reference=machine_probes.LoopReference(),
+            core_reference=machine_probes.LoopReference(),
             thread_clock=lambda: share * time.perf_counter(),
         )
 

@@ -173,6 +173,8 @@ def main() -> int:
     parser.add_argument("--reruns", type=int, default=30, help="runs of the unchanged suite")
     parser.add_argument("--slow-reruns", type=int, default=10, help="runs of each slowdown")
     parser.add_argument("--record-reruns", type=int, default=10)
+    parser.add_argument("--only", action="append", choices=list(CONDITIONS),
+                        help="run these conditions only (repeatable)")  # fmt: skip
     options = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="pytest-torch-busy-"))
     (root / "pytest.ini").write_text("[pytest]\n")
@@ -191,6 +193,8 @@ def main() -> int:
     cases += [(f"{s}x", s, options.slow_reruns) for s in ("1.5", "2", "10")]
     cases += [("1000x", "1000", few)]
     for condition, (count, args) in CONDITIONS.items():
+        if options.only and condition not in options.only:
+            continue
         for case, slowdown, reruns in cases:
             for _ in range(reruns):
                 with hogs(count):

@@ -40,14 +40,14 @@ def busy(ms: float) -> LatencyResult:
 
 
 def slower_core(ms: float) -> LatencyResult:
-    """Measured on a core whose reference loop runs at best 18 µs (a baseline of
-    ``baseline(loop_us=10)`` was recorded where it ran at 10 µs: 1.8x faster)."""
-    found = Interference("run-queue wait", 0.0, 0, 40, cores=2, reference_loop_s=18e-6)
+    """Measured on a core whose core probe runs at best 18 µs (a baseline of
+    ``baseline(core_us=10)`` was recorded where it ran at 10 µs: 1.8x faster)."""
+    found = Interference("run-queue wait", 0.0, 0, 40, cores=2, core_probe_s=18e-6)
     return result(ms, found=found)
 
 
 def baseline(
-    latency_ms=1.0, threads=2, torch="2.13.0", peak=None, stat="min", loop_us=None
+    latency_ms=1.0, threads=2, torch="2.13.0", peak=None, stat="min", core_us=None
 ) -> Baseline:
     return Baseline(
         latency_ms,
@@ -59,7 +59,7 @@ def baseline(
         "3.11.7",
         "2026-11-01T00:00:00+00:00",
         peak or {},
-        reference_loop_us=loop_us,
+        core_probe_us=core_us,
     )
 
 
@@ -300,13 +300,13 @@ def test_a_busy_machine_never_hides_a_pass_nor_a_memory_regression():
 
 def test_a_core_slower_than_the_recording_ones_explains_only_its_own_share():
     # this core runs the reference loop 1.8x slower than the recording process did
-    base = baseline(1.0, loop_us=10.0)
+    base = baseline(1.0, core_us=10.0)
     outcome, _ = compare(base, (slower_core(1.2), {}))
     assert (outcome.status, outcome.record.verdict) == ("pass", "ok")  # never called busy
     outcome, calls = compare(base, (slower_core(1.5), {}), (slower_core(1.5), {}))
     assert (outcome.status, calls, outcome.record.verdict) == ("skip", 2, "not judged: slower host")
     assert (
-        "but this process's core ran a reference loop 1.80x slower than the one that recorded"
+        "but this process's core ran a fixed hash 1.80x slower than the one that recorded"
         " the baseline (18 µs vs 10 µs at best); after taking out a core 1.80x slower than the"
         " one the baseline was recorded on, the code can have run at best at min 0.833 ms:"
         " within the limit of 1.4 ms" in outcome.message
@@ -323,7 +323,7 @@ def test_a_core_slower_than_the_recording_ones_explains_only_its_own_share():
     assert "the code can have run at best at min 1.67 ms: still 1.2x the limit" in outcome.message
     # a core as fast as the recording one's: compared at face value
     outcome, _ = compare(
-        baseline(1.0, loop_us=18.0), (slower_core(1.5), {}), (slower_core(1.5), {})
+        baseline(1.0, core_us=18.0), (slower_core(1.5), {}), (slower_core(1.5), {})
     )
     assert outcome.record.verdict == "REGRESSION"
 
@@ -331,7 +331,7 @@ def test_a_core_slower_than_the_recording_ones_explains_only_its_own_share():
 def test_a_recorded_core_no_host_can_match_explains_at_most_a_plausible_slowdown():
     # a baseline whose reference loop was edited to 1 ns: at most 3x is taken out
     outcome, _ = compare(
-        baseline(1.0, loop_us=1e-3), (slower_core(1028.0), {}), (slower_core(1028.0), {})
+        baseline(1.0, core_us=1e-3), (slower_core(1028.0), {}), (slower_core(1028.0), {})
     )
     assert (outcome.status, outcome.record.verdict) == ("fail", "REGRESSION (slower host)")
     assert "a core 3.00x slower than the one the baseline was recorded on" in outcome.message
@@ -396,10 +396,10 @@ def test_recording_flags_noisy_measurements():
     assert "re-record on a quieter machine" in outcome.message
     assert (recorded.threads, recorded.stat, recorded.latency_ms) == (2, "min", 1.0)
     assert recorded.recorded.endswith("+00:00")
-    assert recorded.reference_loop_us is None  # no monitor, no reference loop
-    found = Interference("run-queue wait", 0.0, 0, 4, reference_loop_s=21e-6)
+    assert recorded.core_probe_us is None  # no monitor, no core probe
+    found = Interference("run-queue wait", 0.0, 0, 4, core_probe_s=9.6e-6)
     watched = LatencyResult((1.0, 2.0), 5.0, 3, 1, "cpu", 2, "spread", (), found)
-    assert checks.new_baseline(watched, {}, "2.13.0").reference_loop_us == pytest.approx(21.0)
+    assert checks.new_baseline(watched, {}, "2.13.0").core_probe_us == pytest.approx(9.6)
 
 
 def test_records_survive_the_trip_through_report_properties():

@@ -81,9 +81,11 @@ def run(machine, machine_readings=None, reference=None, probe=True, **settings):
         device_type="cpu",
         off_cpu_waits=not probe,
         loop=machine.loop,
+        core=lambda: 1e-5,
         machine=lambda: next(readings, None),
         cores=2,
         reference=reference or LoopReference(),
+        core_reference=LoopReference(),
         thread_clock=machine.thread_clock,
         wall_clock=machine.clock,
     )
@@ -104,6 +106,7 @@ def test_a_quiet_machine_sets_nothing_aside():
     found = result.interference
     assert (found.set_aside, found.samples, found.waited_share) == (0, 7, 0.0)
     assert found.reference_loop_s == pytest.approx(2e-5)
+    assert found.core_probe_s == pytest.approx(1e-5)
     assert not found.disturbed
     assert result.generous_ms == pytest.approx(result.samples_ms)
     assert "set aside" not in result.describe()
@@ -316,6 +319,10 @@ def test_the_reference_loop_drops_a_run_spent_off_its_cpu():
     walls = iter([5.0, 35.0])
     assert machine_probes.reference_loop(lambda: next(walls), lambda: next(ticks)) == 30.0
     assert machine_probes.reference_loop() > 0
+    ticks = iter([0.0, 29.0])
+    walls = iter([5.0, 35.0])
+    assert machine_probes.core_probe(lambda: next(walls), lambda: next(ticks)) == 30.0
+    assert machine_probes.core_probe() > 0
 
 
 def test_machine_counters_from_proc_stat(tmp_path):
@@ -355,4 +362,5 @@ def test_a_real_measurement_reports_what_it_saw():
     found = result.interference
     assert found is not None and found.samples >= result.runs >= 3
     assert found.reference_loop_s is not None and found.reference_loop_s > 0
+    assert found.core_probe_s is not None and found.core_probe_s > 0
     assert len(result.generous_ms) == found.samples

@@ -68,7 +68,7 @@ def test_record_then_compare(suite, run):
     entry = machine["test_suite.py::test_speed"]
     assert {"latency_ms", "threads", "torch", "python", "recorded", "device"} <= set(entry)
     assert (entry["stat"], entry["threads"]) == ("min", 1)  # --torch-perf-threads' default
-    assert entry["reference_loop_us"] > 0
+    assert entry["core_probe_us"] > 0
     result = run(FAST)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["test_suite.py::test_speed * baseline * min * ok"])
@@ -370,7 +370,7 @@ def test_measurements_use_the_perf_thread_count_and_restore_torchs(pytester, run
 
 
 def test_a_baseline_from_a_faster_host_explains_only_its_own_share(pytester, run, quiet_machine):
-    """A baseline file recorded on a host whose core ran the reference loop 3x faster
+    """A baseline file recorded on a host whose core ran the core probe 3x faster
     (same machine key): this slower host is never called busy; an excess the slower core
     can explain is not judged, a larger one fails."""
     # a call that takes 0.5 ms of wall time whatever the machine's speed
@@ -389,8 +389,8 @@ def test_a_baseline_from_a_faster_host_explains_only_its_own_share(pytester, run
     )
     run(FAST, "--torch-update-perf").assert_outcomes(passed=1)
     (machine,) = _baselines(pytester)["machines"].values()
-    assert machine["test_suite.py::test_speed"]["reference_loop_us"] == pytest.approx(20.0)
-    _edit(pytester, reference_loop_us=20.0 / 3)  # the faked loop runs 20 µs here
+    assert machine["test_suite.py::test_speed"]["core_probe_us"] == pytest.approx(10.0)
+    _edit(pytester, core_probe_us=10.0 / 3)  # the faked core probe runs 10 µs here
     result = run(FAST, "--torch-perf-slack-ms=0")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["test_suite.py::test_speed * baseline * min * ok"])
@@ -401,8 +401,8 @@ def test_a_baseline_from_a_faster_host_explains_only_its_own_share(pytester, run
     result.stdout.fnmatch_lines(
         [
             "SKIPPED * not judged: slower host. min * = *x is over the limit *, but this"
-            " process's core ran a reference loop 3.00x slower than the one that recorded the"
-            " baseline (20 µs vs 6.67 µs at best)*",
+            " process's core ran a fixed hash 3.00x slower than the one that recorded the"
+            " baseline (10 µs vs 3.33 µs at best)*",
         ]
     )
     _scale(pytester, 1000)  # far more than any core explains

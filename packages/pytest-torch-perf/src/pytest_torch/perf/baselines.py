@@ -10,7 +10,7 @@ Layout (sorted keys, two-space indent, one trailing newline, so diffs stay small
           "<test node id>[::<name>]": {
             "latency_ms": 1.23, "stat": "median", "spread": 0.02,
             "peak_memory": {"cuda:0": 1048576},
-            "device": "cpu", "threads": 1, "reference_loop_us": 20.4,
+            "device": "cpu", "threads": 1, "core_probe_us": 9.6,
             "torch": "2.13.0", "python": "3.11.7", "recorded": "2026-11-30T06:00:00+00:00",
             "samples": 731, "undisturbed_samples": 90      (only when recorded on a busy machine)
           }
@@ -56,9 +56,9 @@ class Baseline:
     python: str
     recorded: str
     peak_memory: dict[str, int] = field(default_factory=dict)
-    #: how fast a fixed reference loop ran in the recording process (see contention.py):
-    #: a regression on a host whose loop runs much slower says so (a slower host)
-    reference_loop_us: float | None = None
+    #: how fast the core probe ran in the recording process (machine_probes.core_probe):
+    #: a later process whose core runs it much slower is judged in proportion
+    core_probe_us: float | None = None
     #: recorded on a busy machine: the samples taken, and the undisturbed ones it was
     #: recorded from (None, and not in the file, on a quiet machine)
     samples: int | None = None
@@ -69,10 +69,10 @@ class Baseline:
         # rounded so re-recording an unchanged figure changes few characters
         data["latency_ms"] = float(f"{self.latency_ms:.4g}")
         data["spread"] = round(self.spread, 3)
-        if self.reference_loop_us is None:
-            del data["reference_loop_us"]
+        if self.core_probe_us is None:
+            del data["core_probe_us"]
         else:
-            data["reference_loop_us"] = float(f"{self.reference_loop_us:.3g}")
+            data["core_probe_us"] = float(f"{self.core_probe_us:.3g}")
         for key in ("samples", "undisturbed_samples"):
             if data[key] is None:
                 del data[key]
@@ -81,7 +81,7 @@ class Baseline:
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> Baseline:
         try:
-            loop = data.get("reference_loop_us")
+            core = data.get("core_probe_us")
             samples, undisturbed = data.get("samples"), data.get("undisturbed_samples")
             return cls(
                 latency_ms=float(data["latency_ms"]),
@@ -93,7 +93,7 @@ class Baseline:
                 python=str(data.get("python", "?")),
                 recorded=str(data.get("recorded", "?")),
                 peak_memory={str(k): int(v) for k, v in dict(data.get("peak_memory", {})).items()},
-                reference_loop_us=None if loop is None else float(loop),
+                core_probe_us=None if core is None else float(core),
                 samples=None if samples is None else int(samples),
                 undisturbed_samples=None if undisturbed is None else int(undisturbed),
             )

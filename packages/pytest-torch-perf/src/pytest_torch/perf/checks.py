@@ -34,6 +34,7 @@ from pytest_torch.perf.settling import (
     Settled,
     busy_advice,
     counted,
+    disturbance,
     generous_reading,
     host_factor,
     machine_line,
@@ -164,8 +165,7 @@ def check_budget(
     message = "\n".join(
         [
             f"{label}: {NOT_JUDGED}. The {budget.stat} latency {fmt_ms(result.stat(budget.stat))}"
-            f" is over the budget of {fmt_ms(budget.ms)}, but other processes slowed the"
-            f" measurement down: {result.interference.evidence()};"
+            f" is over the budget of {fmt_ms(budget.ms)}, but {disturbance(result)};"
             f" {generous_reading(result, budget.stat, budget.ms)}.",
             f"  {notes[0]}" if notes else "",
             f"  {busy_advice(strict)}",
@@ -196,7 +196,7 @@ class Outcome:
 
 def new_baseline(result: LatencyResult, memory: Mapping[str, int], torch_version: str) -> Baseline:
     found = result.interference
-    loop = None if found is None else found.reference_loop_s
+    core = None if found is None else found.core_probe_s
     busy = found is not None and found.disturbed
     return Baseline(
         latency_ms=result.stat(REGRESSION_STAT),
@@ -208,7 +208,7 @@ def new_baseline(result: LatencyResult, memory: Mapping[str, int], torch_version
         python=platform.python_version(),
         recorded=datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
         peak_memory=dict(memory),
-        reference_loop_us=None if loop is None else loop * 1e6,
+        core_probe_us=None if core is None else core * 1e6,
         samples=found.samples if busy and found is not None else None,
         undisturbed_samples=found.undisturbed if busy and found is not None else None,
     )

@@ -14,17 +14,19 @@ Two kinds of interference are watched, around every sample:
   does not explain; for work on an accelerator, where the thread may sleep until the
   device is done, only what the run queue confirms counts. With intra-op workers, the
   other threads of the process add their run-queue wait.
-- **a slowed core**: a fixed reference loop runs between samples, timed on the wall
-  clock (runs during which the thread was off its CPU are dropped: they say nothing of
-  the core), and is compared with the fastest it has run in this process. A slow loop
-  is not yet a slow sample: the loop is far more sensitive than most code (beside a
-  busy sibling hardware thread it often runs 2x slower while a model runs 1.1x
-  slower), so samples beside a slow loop are set aside only when the code itself ran
-  slower beside slow loops than beside fast ones (its time less its wait), and count
-  only by that much. A
-  baseline keeps the recording process's best, so that a later process whose core is
-  slower throughout is seen to be, and judged in proportion (``checks``): a host that
-  is simply slower is never called busy.
+- **a slowed core**: a fixed loop of pure Python runs between samples, timed on the
+  wall clock (runs during which the thread was off its CPU are dropped: they say
+  nothing of the core), and is compared with the fastest it has run in this process.
+  A slow loop is not yet a slow sample: the loop is far more sensitive than most code
+  (beside a busy neighbour it often runs 2x slower while a model runs 1.1x slower), so
+  samples beside a slow loop are set aside only when the code itself ran slower beside
+  slow loops than beside fast ones (its time less its wait), and count only by that
+  much. Samples are taken at several depths of the stack (``timing.at_depth``): how
+  fast interpreted code runs depends on where the stack sits, by each process's
+  address layout. Between processes, only a core probe that no layout affects
+  (``machine_probes.core_probe``) is compared: a baseline keeps the recording
+  process's, and a later process whose core is slower is judged in proportion
+  (``settling``); a host that is simply slower is never called busy.
 
 A sample is *undisturbed* when it waited at most :data:`SET_ASIDE_SHARE` of its time
 and its core was not slowed. Statistics, verdicts and recordings come from the
@@ -44,9 +46,11 @@ from dataclasses import dataclass, field
 
 from pytest_torch.perf.machine_probes import (
     PROCESS,
+    PROCESS_CORE,
     LoopReference,
     MachineReading,
     WaitProbe,
+    core_probe,
     read_machine,
     reference_loop,
 )
@@ -122,6 +126,8 @@ class Interference:
     cores: int = 0
     #: the reference loop's best in this process when the measurement ended, in seconds
     reference_loop_s: float | None = None
+    #: the core probe's best in this process (see machine_probes.core_probe), in seconds
+    core_probe_s: float | None = None
     #: seconds the undisturbed samples took, and what counts as enough of them
     undisturbed_s: float = 0.0
     min_undisturbed: int = MIN_UNDISTURBED
@@ -213,9 +219,11 @@ class Monitor:
     #: (otherwise other threads, such as pytest-xdist's, have nothing to do with it)
     workers: bool = False
     loop: Callable[[], float | None] = reference_loop
+    core: Callable[[], float | None] = core_probe
     machine: Callable[[], MachineReading | None] = read_machine
     cores: int | None = None
     reference: LoopReference = field(default_factory=lambda: PROCESS)
+    core_reference: LoopReference = field(default_factory=lambda: PROCESS_CORE)
     thread_clock: Callable[[], float] = time.thread_time
     wall_clock: Callable[[], float] = time.perf_counter
     readings: list[Reading] = field(default_factory=list, init=False)
@@ -229,17 +237,24 @@ class Monitor:
         return "time off the CPU" if self.off_cpu_waits else ""
 
     def start(self) -> None:
-        """Before sampling: the machine's counters, the loop's speed refreshed, and the
-        first reading."""
+        """Before sampling: the machine's counters, the loop's speed refreshed (at every
+        stack depth the samples use), and the first reading."""
+        from pytest_torch.perf.timing import LAYOUTS, at_depth
+
         self._before = self.machine()
-        for _ in range(10):
-            self.reference.note(self.loop())
+        for depth in range(LAYOUTS):
+            self.reference.note(at_depth(depth, self.loop))
+            self.core_reference.note(self.core())
         self.readings.append(self.reading())
 
     def reading(self) -> Reading:
-        # twice: the first run refills the caches the measured code evicted
-        runs = [seconds for seconds in (self.loop(), self.loop()) if seconds is not None]
-        loop = min(runs, default=None)
+        from pytest_torch.perf.timing import LAYOUTS, at_depth
+
+        # twice: the first run refills the caches the measured code evicted; at the
+        # stack depth of the sample just taken (see timing.at_depth)
+        depth = (len(self.readings) - 1) % LAYOUTS
+        runs = [at_depth(depth, self.loop) for _ in range(2)]
+        loop = min((seconds for seconds in runs if seconds is not None), default=None)
         self.reference.note(loop)
         if self.probe is None:
             return Reading(0.0, loop)
@@ -351,6 +366,7 @@ class Monitor:
                 others_cores=others,
                 cores=cores,
                 reference_loop_s=self.reference.best,
+                core_probe_s=self.core_reference.best,
                 undisturbed_s=sum(s for s, a in zip(elapsed, aside, strict=True) if not a),
                 min_undisturbed=min_undisturbed,
                 min_undisturbed_s=min_undisturbed_s,

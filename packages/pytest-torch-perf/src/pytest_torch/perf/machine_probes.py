@@ -1,12 +1,13 @@
 """What the interference monitor reads of the machine: how long this process's threads
-waited in the run queue (Linux's schedstat), how fast a fixed reference loop runs now,
-and the machine's CPU time counters (steal, other processes). Plain readers with no
-judgement: ``contention`` decides what the readings mean for a measurement.
+waited in the run queue (Linux's schedstat), how fast a fixed reference loop and a core
+probe run now, and the machine's CPU time counters (steal, other processes). Plain
+readers with no judgement: ``contention`` decides what the readings mean.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import threading
 import time
@@ -83,27 +84,59 @@ def off_cpu_waits(device_type: str, threads: int) -> bool:
     return device_type == "cpu" and threads == 1
 
 
-def reference_loop(
-    clock: Callable[[], float] = time.perf_counter,
-    thread_clock: Callable[[], float] = time.thread_time,
+def _off_cpu_checked(
+    work: Callable[[], object],
+    clock: Callable[[], float],
+    thread_clock: Callable[[], float],
 ) -> float | None:
-    """Seconds one run of the fixed reference loop takes now; None when the thread was
-    off its CPU for much of it (a preemption or steal, which say nothing of the core's
-    speed). Timed on the wall clock, which never reads short: the thread's CPU clock can
-    (on a virtual machine, steal is taken out of it in lumps)."""
+    """Seconds ``work`` takes on the wall clock, which never reads short (the thread's
+    CPU clock can: on a virtual machine, steal is taken out of it in lumps); None when
+    the thread was off its CPU for much of it (a preemption or steal, which say nothing
+    of the core's speed)."""
     cpu0 = thread_clock()
     start = clock()
-    total = 0
-    for i in range(LOOP_ITERATIONS):
-        total += i * i
+    work()
     seconds = clock() - start
     if seconds - (thread_clock() - cpu0) > OFF_CPU_LOOP * seconds:
         return None
     return seconds
 
 
+def _loop() -> None:
+    total = 0
+    for i in range(LOOP_ITERATIONS):
+        total += i * i
+
+
+def reference_loop(
+    clock: Callable[[], float] = time.perf_counter,
+    thread_clock: Callable[[], float] = time.thread_time,
+) -> float | None:
+    """Seconds one run of the fixed reference loop (pure Python) takes now, or None (see
+    :func:`_off_cpu_checked`). Sensitive to whatever slows interpreted code, including
+    the process's address layout: compared only within a process."""
+    return _off_cpu_checked(_loop, clock, thread_clock)
+
+
+#: what the core probe hashes: 16 KiB, hashed without allocating or interpreting
+_PROBE_DATA = bytes(range(256)) * 64
+
+
+def core_probe(
+    clock: Callable[[], float] = time.perf_counter,
+    thread_clock: Callable[[], float] = time.thread_time,
+) -> float | None:
+    """Seconds a SHA-256 of 16 KiB takes now, or None (see :func:`_off_cpu_checked`).
+
+    The speed of the core itself, comparable between processes and hosts: the
+    reference loop (interpreted code) runs 1.7x slower in about one process in five for
+    its whole life, by its address layout alone, while the hash varies 4 % between
+    processes on the same host (benchmarks/perf_busy_machine.py's machine)."""
+    return _off_cpu_checked(lambda: hashlib.sha256(_PROBE_DATA).digest(), clock, thread_clock)
+
+
 class LoopReference:
-    """The fastest the reference loop has run in this process: its core at full speed."""
+    """The fastest a probe has run in this process: its core at full speed."""
 
     def __init__(self) -> None:
         self.best: float | None = None
@@ -113,9 +146,11 @@ class LoopReference:
             self.best = seconds
 
 
-#: this process's reference, shared by all its measurements (never another process's:
-#: a host that is slower than the one that recorded a baseline is not a busy host)
+#: this process's fastest reference loop, shared by all its measurements (never another
+#: process's: the loop's speed depends on each process's address layout)
 PROCESS = LoopReference()
+#: this process's fastest core probe: what a baseline keeps, to tell a slower host
+PROCESS_CORE = LoopReference()
 
 
 @dataclass(frozen=True)

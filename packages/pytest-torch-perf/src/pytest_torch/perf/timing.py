@@ -20,13 +20,14 @@ synchronizes only CUDA. The benchmarks compare the two side by side.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from pytest_torch.perf.contention import Interference, Monitor
@@ -235,6 +236,30 @@ def _timed(fn: Callable[[], object], timer: Timer, calls: int) -> float:
     return timer.stop()
 
 
+#: samples cycle through this many depths of the thread's stack (see :func:`at_depth`)
+LAYOUTS = 8
+
+T = TypeVar("T")
+
+
+def at_depth(depth: int, block: Callable[[], T]) -> T:
+    """Run ``block`` with ``depth`` more C frames under it (each level a call through
+    ``map``, a few hundred bytes of stack).
+
+    Where the thread's stack sits relative to the interpreter's data changes how fast
+    Python-heavy code runs: on the machines of benchmarks/perf_busy_machine.py about one
+    process in four ran a reference loop 1.8x and a small model's call 1.5x slower,
+    for its whole life, depending only on its address layout (the environment's size
+    moves the stack; with address randomisation off, a given size is always slow or
+    always fast). Samples taken at several depths let the fastest layout show in the
+    minimum, so a baseline and a later run do not differ by the luck of their layouts.
+    """
+    __tracebackhide__ = True
+    if depth <= 0:
+        return block()
+    return next(map(lambda _: at_depth(depth - 1, block), (None,)))
+
+
 def measure(
     fn: Callable[[], object],
     *,
@@ -295,6 +320,7 @@ def _sample(
     from pytest_torch.perf.contention import MIN_UNDISTURBED_S, enough_undisturbed
 
     warmup_calls, calls = _warm_up(fn, timer, settings, clock, first)
+    timed_calls = functools.partial(_timed, fn, timer, calls)
     elapsed: list[float] = []  # seconds per block of calls
     kept: list[float] = []  # per-call seconds of the undisturbed samples, as they come
     kept_s = 0.0  # and their sum, in seconds of sampling
@@ -303,10 +329,8 @@ def _sample(
         monitor.start()
     sample_start = clock()
     while len(elapsed) < settings.max_samples:
-        if monitor is None:
-            elapsed.append(_timed(fn, timer, calls))
-        else:
-            elapsed.append(monitor.timed(lambda: _timed(fn, timer, calls)))
+        block = functools.partial(at_depth, len(elapsed) % LAYOUTS, timed_calls)
+        elapsed.append(block() if monitor is None else monitor.timed(block))
         if monitor is None or monitor.undisturbed(len(elapsed) - 1, elapsed[-1]):
             kept.append(elapsed[-1] / calls)
             kept_s += elapsed[-1]
