@@ -148,6 +148,7 @@ class Tally:
         self.rows: Counter[str] = Counter()
         self.not_judged: list[str] = []
         self.busy_idle: list[str] = []
+        self.false_failures: list[str] = []
         self.seconds: Counter[str] = Counter()
 
     def add(self, condition: str, case: str, rows: list[tuple[str, str, str, str]]) -> None:
@@ -160,6 +161,9 @@ class Tally:
                 self.busy_idle.append(f"{case}, {name}: {verdict}")
             if outcome == "not judged":
                 self.not_judged.append(f"{condition}, {case}, {name}: {message}")
+            if outcome == "failed" and case == "1x":
+                self.false_failures.append(f"{condition}, {name}: {message}")
+                print(f"  false failure: {self.false_failures[-1]}", flush=True)
 
     def line(self, condition: str, case: str) -> str:
         counts = self.outcomes.get((condition, case), Counter())
@@ -233,6 +237,8 @@ def report(tally: Tally, cases: list, recordings: Counter, drift: list[float], o
         for case, *_ in [*cases, ("budget 3x over",)]:
             if (condition, case) in tally.outcomes:
                 print("  " + tally.line(condition, case))
+    for line in tally.false_failures:
+        print(f"  false failure: {line}")
     for line in tally.not_judged[:40]:
         print(f"  not judged: {line}")
     for line in tally.busy_idle[:20]:
