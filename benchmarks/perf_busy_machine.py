@@ -161,6 +161,8 @@ class Tally:
                 self.busy_idle.append(f"{case}, {name}: {verdict}")
             if outcome == "not judged":
                 self.not_judged.append(f"{condition}, {case}, {name}: {message}")
+                if condition == "idle":
+                    print(f"  not judged: {self.not_judged[-1]}", flush=True)
             if outcome == "failed" and case == "1x":
                 self.false_failures.append(f"{condition}, {name}: {message}")
                 print(f"  false failure: {self.false_failures[-1]}", flush=True)

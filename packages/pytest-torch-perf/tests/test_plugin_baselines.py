@@ -68,7 +68,7 @@ def test_record_then_compare(suite, run):
     entry = machine["test_suite.py::test_speed"]
     assert {"latency_ms", "threads", "torch", "python", "recorded", "device"} <= set(entry)
     assert (entry["stat"], entry["threads"]) == ("min", 1)  # --torch-perf-threads' default
-    assert entry["core_probe_us"] > 0 and entry["interpreter_loop_us"] > 0
+    assert entry["core_probe_us"] > 0
     result = run(FAST)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["test_suite.py::test_speed * baseline * min * ok"])
@@ -411,48 +411,8 @@ def test_a_baseline_from_a_faster_host_explains_only_its_own_share(pytester, run
     result.stdout.fnmatch_lines(
         [
             "E * machine: slower than at recording (*); over the limit even so: after taking"
-            " out a process 3.00x slower than the one that recorded the baseline, the code"
-            " can have run at best at min *: still *x the limit of *",
+            " out a core 3.00x slower than the one the baseline was recorded on, the code can"
+            " have run at best at min *: still *x the limit of *",
             "test_suite.py::test_speed * baseline * min * REGRESSION (slower host)",
         ]
-    )
-
-
-def test_a_process_slowed_by_its_layout_explains_only_its_own_share(pytester, run, quiet_machine):
-    """Recorded in a process whose reference loop ran 1.6x faster than this one's, its
-    core probe as fast: a process slowed by its address layout, not a slower host."""
-    pytester.makepyfile(
-        test_suite="""
-        import time
-
-        def spin():
-            end = time.perf_counter() + 5e-4
-            while time.perf_counter() < end:
-                pass
-
-        def test_speed(perf_baseline):
-            perf_baseline(spin, latency_tolerance=0.2)
-        """
-    )
-    run(FAST, "--torch-update-perf").assert_outcomes(passed=1)
-    (machine,) = _baselines(pytester)["machines"].values()
-    assert machine["test_suite.py::test_speed"]["interpreter_loop_us"] == pytest.approx(20.0)
-    _edit(pytester, interpreter_loop_us=20.0 / 1.6)  # the faked loop runs 20 µs here
-    _scale(pytester, 1.5)  # 1.5x over a limit of 1.2x: a 1.6x slower process explains it
-    result = run(FAST, "--torch-perf-slack-ms=0", "-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(
-        [
-            "test_suite.py::test_speed * baseline * min * not judged: slow process",
-            "SKIPPED * not judged: slow process. min * = 1.5*x is over the limit *, but this"
-            " process runs interpreted code 1.60x slower than the one that recorded the"
-            " baseline, core for core (a fixed Python loop: 20 µs vs 12.5 µs at best)*",
-        ]
-    )
-    assert "busy" not in result.stdout.str()
-    _scale(pytester, 2)  # 3x: more than the layout explains
-    result = run(FAST, "--torch-perf-slack-ms=0")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        ["test_suite.py::test_speed * baseline * min * REGRESSION (slow process)"]
     )

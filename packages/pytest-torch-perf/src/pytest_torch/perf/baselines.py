@@ -10,7 +10,7 @@ Layout (sorted keys, two-space indent, one trailing newline, so diffs stay small
           "<test node id>[::<name>]": {
             "latency_ms": 1.23, "stat": "median", "spread": 0.02,
             "peak_memory": {"cuda:0": 1048576},
-            "device": "cpu", "threads": 1, "core_probe_us": 9.6, "interpreter_loop_us": 24.1,
+            "device": "cpu", "threads": 1, "core_probe_us": 9.6,
             "torch": "2.13.0", "python": "3.11.7", "recorded": "2026-11-30T06:00:00+00:00",
             "samples": 731, "undisturbed_samples": 90      (only when recorded on a busy machine)
           }
@@ -59,9 +59,6 @@ class Baseline:
     #: how fast the core probe ran in the recording process (machine_probes.core_probe):
     #: a later process whose core runs it much slower is judged in proportion
     core_probe_us: float | None = None
-    #: how fast the reference loop (interpreted code) ran in the recording process: with
-    #: the core probe it tells a process slowed by its address layout
-    interpreter_loop_us: float | None = None
     #: recorded on a busy machine: the samples taken, and the undisturbed ones it was
     #: recorded from (None, and not in the file, on a quiet machine)
     samples: int | None = None
@@ -72,11 +69,10 @@ class Baseline:
         # rounded so re-recording an unchanged figure changes few characters
         data["latency_ms"] = float(f"{self.latency_ms:.4g}")
         data["spread"] = round(self.spread, 3)
-        for key in ("core_probe_us", "interpreter_loop_us"):
-            if data[key] is None:
-                del data[key]
-            else:
-                data[key] = float(f"{data[key]:.3g}")
+        if self.core_probe_us is None:
+            del data["core_probe_us"]
+        else:
+            data["core_probe_us"] = float(f"{self.core_probe_us:.3g}")
         for key in ("samples", "undisturbed_samples"):
             if data[key] is None:
                 del data[key]
@@ -85,7 +81,7 @@ class Baseline:
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> Baseline:
         try:
-            core, loop = data.get("core_probe_us"), data.get("interpreter_loop_us")
+            core = data.get("core_probe_us")
             samples, undisturbed = data.get("samples"), data.get("undisturbed_samples")
             return cls(
                 latency_ms=float(data["latency_ms"]),
@@ -98,7 +94,6 @@ class Baseline:
                 recorded=str(data.get("recorded", "?")),
                 peak_memory={str(k): int(v) for k, v in dict(data.get("peak_memory", {})).items()},
                 core_probe_us=None if core is None else float(core),
-                interpreter_loop_us=None if loop is None else float(loop),
                 samples=None if samples is None else int(samples),
                 undisturbed_samples=None if undisturbed is None else int(undisturbed),
             )

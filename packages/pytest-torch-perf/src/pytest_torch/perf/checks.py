@@ -29,6 +29,7 @@ from pytest_torch.perf.rule import (
 )
 from pytest_torch.perf.settling import (
     NOT_JUDGED,
+    NOT_JUDGED_HOST,
     Measured,
     Settled,
     busy_advice,
@@ -40,7 +41,6 @@ from pytest_torch.perf.settling import (
     not_judged_cause,
     settle,
     slower_host_advice,
-    slower_how,
 )
 from pytest_torch.perf.timing import STATISTICS, LatencyResult, fmt_ms
 
@@ -197,7 +197,6 @@ class Outcome:
 def new_baseline(result: LatencyResult, memory: Mapping[str, int], torch_version: str) -> Baseline:
     found = result.interference
     core = None if found is None else found.core_probe_s
-    loop = None if found is None else found.reference_loop_s
     busy = found is not None and found.disturbed
     return Baseline(
         latency_ms=result.stat(REGRESSION_STAT),
@@ -210,7 +209,6 @@ def new_baseline(result: LatencyResult, memory: Mapping[str, int], torch_version
         recorded=datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
         peak_memory=dict(memory),
         core_probe_us=None if core is None else core * 1e6,
-        interpreter_loop_us=None if loop is None else loop * 1e6,
         samples=found.samples if busy and found is not None else None,
         undisturbed_samples=found.undisturbed if busy and found is not None else None,
     )
@@ -369,13 +367,12 @@ def compare(
         if baseline.torch == torch_version
         else f"; baseline from torch {baseline.torch}, now {torch_version}"
     )
-    slower = slower_how(result, baseline)
-    verdict_text = _verdict_text(settled, latency, tolerance, bool(memory_failures), slower)
+    verdict_text = _verdict_text(settled, latency, tolerance, bool(memory_failures))
     verdict = _with_version(verdict_text, baseline.torch, torch_version)
     row = _comparison_row(label, result, baseline, latency, memory, verdict)
     limit = latency_limit_text(latency, tolerance, slack_ms)
     host = host_factor(result, baseline)
-    if verdict_text in (NOT_JUDGED, f"not judged: {slower}"):
+    if verdict_text in (NOT_JUDGED, NOT_JUDGED_HOST):
         message = "\n".join(
             [
                 f"{label}: {verdict_text}. {stat} {fmt_ms(result.stat(stat))} vs baseline"
@@ -436,20 +433,17 @@ def _comparison_row(
     )
 
 
-def _verdict_text(
-    settled: Settled, latency: Verdict, tolerance: float, memory: bool, slower: str
-) -> str:
-    """The table's verdict of a comparison (before the torch version note; ``slower``:
-    what the host factor stands for, see ``settling.slower_how``)."""
+def _verdict_text(settled: Settled, latency: Verdict, tolerance: float, memory: bool) -> str:
+    """The table's verdict of a comparison (before the torch version note)."""
     result = settled.last[0]
     if settled.decision == "over":
         if not settled.generous:
             return "REGRESSION"
-        return "REGRESSION (machine busy)" if result.busy else f"REGRESSION ({slower})"
+        return "REGRESSION (machine busy)" if result.busy else "REGRESSION (slower host)"
     if memory:
         return "MEMORY REGRESSION"
     if settled.decision == "busy":
-        return NOT_JUDGED if settled.busy else f"not judged: {slower}"
+        return settled.not_judged
     if improved(latency, tolerance):
         return f"improved {100 * -latency.change:.0f} %"
     return "ok (machine busy)" if result.busy else "ok"

@@ -27,6 +27,7 @@ from pytest_torch.perf.contention import MAX_CORE_FACTOR
 from pytest_torch.perf.timing import LatencyResult, fmt_ms
 
 NOT_JUDGED = "not judged: machine busy"
+NOT_JUDGED_HOST = "not judged: slower host"
 #: how a measurement over its limit counts (see the module docstring)
 OVER, OVER_EVEN_SO, BUSY, SLOWER_HOST = "over", "over even so", "busy", "slower host"
 #: Measurements one verdict may take (a limit crossed is measured again).
@@ -55,9 +56,9 @@ class Settled:
         return self.decision == "over" and self.kinds[-1] == OVER_EVEN_SO
 
     @property
-    def busy(self) -> bool:
-        """Nothing was decided and a busy machine (not only a slower process) was why."""
-        return self.decision == "busy" and BUSY in self.kinds
+    def not_judged(self) -> str:
+        """The verdict when nothing was decided: busy, or a slower host."""
+        return NOT_JUDGED if BUSY in self.kinds else NOT_JUDGED_HOST
 
     def notes(self, value: Callable[[LatencyResult], float]) -> list[str]:
         """What the measurements said, for the message (``value``: the statistic)."""
@@ -154,7 +155,7 @@ def generous_reading(result: LatencyResult, stat: str, limit_ms: float, host: fl
     if found.core_factor > 1.0:
         taken_out.append(f"a core up to {found.core_factor:.2f}x slow")
     if host > 1.0:
-        taken_out.append(f"a process {host:.2f}x slower than the one that recorded the baseline")
+        taken_out.append(f"a core {host:.2f}x slower than the one the baseline was recorded on")
     fastest = result.generous(stat) / host
     where = (
         f"still {fastest / limit_ms:.1f}x the limit of {fmt_ms(limit_ms)}"
@@ -192,56 +193,17 @@ def machine_line(
 #: a core probe this much slower than where a baseline was recorded is a slower core
 #: (the probe varies 4 % between processes on one host)
 SLOWER_CORE = 1.1
-#: the reference loop this much slower than at recording, core for core, is a process
-#: slowed by its address layout (1.0 to 1.11 between ordinary processes, 1.7 to 1.8 in
-#: the slow ones, on benchmarks/perf_busy_machine.py's machine)...
-SLOW_LAYOUT = 1.25
-#: ... which is taken to explain at most this much: the slowest model call seen in such
-#: a process was 1.6x, its loop 1.8x
-MAX_LAYOUT_FACTOR = 1.8
-
-
-def core_ratio(result: LatencyResult, baseline: Baseline) -> float | None:
-    """How much slower this process's core ran the core probe than the process that
-    recorded ``baseline`` did (None without both figures)."""
-    found = result.interference
-    if found is None or not found.core_probe_s or not baseline.core_probe_us:
-        return None
-    return found.core_probe_s * 1e6 / baseline.core_probe_us
-
-
-def layout_factor(result: LatencyResult, baseline: Baseline) -> float:
-    """How much slower this process runs interpreted code than the recording process
-    did, beyond what its core's speed explains, when notably slower (1.0 otherwise; at
-    most :data:`MAX_LAYOUT_FACTOR`).
-
-    A process's address layout alone slows Python-heavy code for its whole life in
-    some processes (see ``timing.at_depth``; cycling the stack depth evens out most of
-    it, not all): the reference loop shows it, the core probe does not."""
-    core = core_ratio(result, baseline)
-    found = result.interference
-    if core is None or found is None or not found.reference_loop_s:
-        return 1.0
-    if not baseline.interpreter_loop_us:
-        return 1.0
-    ratio = found.reference_loop_s * 1e6 / baseline.interpreter_loop_us / core
-    return min(ratio, MAX_LAYOUT_FACTOR) if ratio > SLOW_LAYOUT else 1.0
-
-
-def slower_how(result: LatencyResult, baseline: Baseline) -> str:
-    """ "slower host" when this process's core is slower than the recording one's, else
-    "slow process" (its address layout): the name of a verdict the host factor made."""
-    core = core_ratio(result, baseline) or 1.0
-    return "slower host" if core > SLOWER_CORE else "slow process"
 
 
 def host_factor(result: LatencyResult, baseline: Baseline) -> float:
-    """How much slower than the recording process this one can run the code by
-    its core (a slower host, or a core slowed all along) and its address layout, when
-    notably slower (1.0 otherwise; at most ``MAX_CORE_FACTOR``)."""
-    core = core_ratio(result, baseline) or 1.0
-    factor = (core if core > SLOWER_CORE else 1.0) * layout_factor(result, baseline)
-    return min(factor, MAX_CORE_FACTOR)
+    """How much slower this process's core ran the core probe than the process that
+    recorded ``baseline`` did, when notably slower (1.0 otherwise; at most
+    ``MAX_CORE_FACTOR``): what a slower host, or a core slowed all along, can explain."""
+    found = result.interference
+    if found is None or not found.core_probe_s or not baseline.core_probe_us:
+        return 1.0
+    ratio = found.core_probe_s * 1e6 / baseline.core_probe_us
+    return min(ratio, MAX_CORE_FACTOR) if ratio > SLOWER_CORE else 1.0
 
 
 def disturbance(result: LatencyResult) -> str:
@@ -264,20 +226,11 @@ def not_judged_cause(
     causes = []
     if result.busy:
         causes.append(disturbance(result))
-    core, layout = core_ratio(result, baseline) or 1.0, layout_factor(result, baseline)
-    if core > SLOWER_CORE:
+    if host > 1.0:
         causes.append(
-            f"this process's core ran a fixed hash {core:.2f}x slower than the one that"
+            f"this process's core ran a fixed hash {host:.2f}x slower than the one that"
             f" recorded the baseline ({1e6 * (result.interference.core_probe_s or 0):.3g} µs"
             f" vs {baseline.core_probe_us:.3g} µs at best)"
-        )
-    if layout > 1.0:
-        causes.append(
-            f"this process runs interpreted code {layout:.2f}x slower than the one that"
-            f" recorded the baseline, core for core (a fixed Python loop:"
-            f" {1e6 * (result.interference.reference_loop_s or 0):.3g} µs vs"
-            f" {baseline.interpreter_loop_us:.3g} µs at best): its address layout slows"
-            " Python-heavy code for its whole life"
         )
     return f"{'; and '.join(causes)}; {generous_reading(result, stat, limit_ms, host)}"
 
@@ -285,10 +238,9 @@ def not_judged_cause(
 def slower_host_advice(strict: bool) -> str:
     what = "failed (--torch-perf-strict)" if strict else "skipped (--torch-perf-strict fails it)"
     return (
-        f"This test is {what}. This process is slower than the recording one by more than"
+        f"This test is {what}. Its core is slower than the recording one's by more than"
         " the code's excess: a slower host that shares the machine key (cloud runners of"
-        " one CPU model differ), a core slowed by a neighbour all along, or an unlucky"
-        " address layout of this process. Re-run it (a new process draws a new layout);"
-        " if this host is simply slower, record baselines on it (--torch-update-perf) and"
-        " keep them apart (--torch-perf-baselines)."
+        " one CPU model differ), or a core slowed by a neighbour all along. Re-run it; if"
+        " this host is simply slower, record baselines on it (--torch-update-perf) and keep"
+        " them apart (--torch-perf-baselines)."
     )
