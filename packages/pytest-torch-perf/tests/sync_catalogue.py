@@ -805,6 +805,22 @@ def _predictions_cpu(device: torch.device) -> Callable[[], object]:
     return lambda: logits.argmax(dim=-1).cpu()
 
 
+def _predictions_to_cpu_async(device: torch.device) -> Callable[[], object]:
+    logits, _, _ = _eval_batch(device)
+    return lambda: logits.argmax(dim=-1).to("cpu", non_blocking=True)
+
+
+def _predictions_copied_async(*, pinned: bool) -> Build:
+    def build(device: torch.device) -> Callable[[], object]:
+        logits, _, _ = _eval_batch(device)
+        buffer = torch.empty(logits.shape[0], dtype=torch.long)
+        if pinned and device.type == "cuda":
+            buffer = buffer.pin_memory()
+        return lambda: buffer.copy_(logits.argmax(dim=-1), non_blocking=True)
+
+    return build
+
+
 def _predictions_tolist(device: torch.device) -> Callable[[], object]:
     logits, _, _ = _eval_batch(device)
     return lambda: logits.argmax(dim=-1).tolist()
@@ -1618,6 +1634,24 @@ PATTERNS: tuple[Pattern, ...] = (
         " (aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda).",
         _predictions_cpu,
         ("cpu",),
+    ),
+    Pattern(
+        "predictions.to('cpu', non_blocking=True)",
+        "moves",
+        False,
+        "For a strided CUDA tensor _to_copy allocates the host copy in pinned memory"
+        " (pin_out in aten/src/ATen/native/TensorConversions.cpp) and copy_kernel_cuda"
+        " issues cudaMemcpyAsync without a stream sync; the values are there once the"
+        " stream reaches the copy (read them after an event or a sync).",
+        _predictions_to_cpu_async,
+    ),
+    Pattern(
+        "copy_(predictions, non_blocking=True) into a pinned buffer",
+        "moves",
+        False,
+        "copy_kernel_cuda issues cudaMemcpyAsync into the pinned block and records an"
+        " event on it; no stream sync.",
+        _predictions_copied_async(pinned=True),
     ),
     Pattern(
         "predictions.tolist()",

@@ -116,6 +116,29 @@ def test_dtype_and_accelerator_moves_are_not_syncs():
     assert_no_host_sync(lambda: (x.to(torch.float64), x.to(dtype=torch.float16), x.float()))
 
 
+def test_a_non_blocking_copy_to_the_host_is_queued_not_a_sync(monkeypatch):
+    from pytest_torch.perf import syncs
+
+    logits = torch.randn(4, 10)
+
+    def copied(non_blocking):  # a host buffer made here: one made before looks like an input
+        return torch.empty(4, dtype=torch.long).copy_(logits.argmax(-1), non_blocking=non_blocking)
+
+    assert_no_host_sync(lambda: logits.argmax(-1).to("cpu", non_blocking=True))
+    assert_no_host_sync(lambda: copied(True))
+    _, events = find_host_syncs(lambda: copied(False))
+    assert [e.operation for e in events] == ["to(cpu)"]
+    # a blocking copy is one; so is a non-blocking one into pageable memory, which the
+    # host waits for (a CPU run takes host buffers to be pinned: none can be without CUDA)
+    with pytest.raises(AssertionError) as info:
+        assert_no_host_sync(lambda: logits.argmax(-1).to("cpu"))
+    assert "found 1" in str(info.value) and "to(cpu) [cpu]" in str(info.value)
+    assert ".to('cpu', non_blocking=True) (torch puts the copy in pinned memory)" in str(info.value)
+    monkeypatch.setattr(syncs, "_pinned", lambda tensor: False)
+    _, events = find_host_syncs(lambda: copied(True))
+    assert [e.operation for e in events] == ["to(cpu)"]
+
+
 def test_allow_accepts_known_syncs_by_name():
     x = torch.randn(4)
     assert assert_no_host_sync(lambda: x.sum().item(), allow=["item"]) == pytest.approx(

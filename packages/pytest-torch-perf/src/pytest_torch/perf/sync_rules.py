@@ -63,8 +63,9 @@ OPERATIONS: dict[str, SyncOperation] = {
     "to(cpu)": SyncOperation(
         "Tensor.to('cpu') copies to the host",
         "a blocking copy from the device waits for every queued kernel",
-        "keep it on the device, or copy with non_blocking=True into pinned memory and"
-        " read it after a torch.cuda.Event",
+        "keep it on the device, or copy without blocking: .to('cpu', non_blocking=True)"
+        " (torch puts the copy in pinned memory) or dst.copy_(x, non_blocking=True) into"
+        " a pin_memory() tensor, and read it only after a torch.cuda.Event has completed",
     ),
     "to(device)": SyncOperation(
         "a blocking copy of host data to the device",

@@ -323,6 +323,29 @@ def _device_type(tensor: Any) -> str:
     return str(tensor.device.type)
 
 
+def _pins_host_copy(tensor: Any) -> bool:
+    """Whether ``tensor.to("cpu", non_blocking=True)`` copies without the host waiting:
+    for a strided CUDA tensor, ``_to_copy`` allocates the host copy in pinned memory
+    (``pin_out`` in TensorConversions.cpp, torch 2.4 to 2.13) and the copy is queued
+    on the stream. A CPU tensor here stands for one on a GPU."""
+    import torch
+
+    return _device_type(tensor) in ("cuda", "cpu") and tensor.layout == torch.strided
+
+
+def _pinned(tensor: Any) -> bool:
+    """Whether a host tensor is in pinned memory; on a machine without CUDA none can
+    be, and a host tensor stands for a pinned one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return True
+    try:
+        return bool(tensor.is_pinned())
+    except Exception:
+        return False
+
+
 def _read(operation: str, original: Callable[..., Any]) -> Callable[..., Any]:
     """A tensor method that reads the tensor on the host."""
 
@@ -391,9 +414,10 @@ def _move(
     record = None
     if target is not None and target != source:
         if source:
-            record = recorder.add(
-                "cpu" if name == "cpu" else "to(cpu)", frame, _device_type(tensor)
-            )
+            if not (non_blocking and name == "to" and _pins_host_copy(tensor)):
+                record = recorder.add(
+                    "cpu" if name == "cpu" else "to(cpu)", frame, _device_type(tensor)
+                )
         elif not non_blocking:
             record = recorder.add("to(device)", frame, _device_type(tensor))
     result = recorder.run(record, frame, name, call)
@@ -675,7 +699,11 @@ def _dispatch_mode(recorder: _Recorder) -> Any:
                     )
                     if destination != source:
                         blocking = not (kwargs.get("non_blocking") or (len(args) > 2 and args[2]))
-                        operation = "to(cpu)" if source else ("to(device)" if blocking else None)
+                        if source:  # into pinned host memory, a non-blocking copy is queued
+                            blocking = blocking or not _pinned(args[0])
+                            operation = "to(cpu)" if blocking else None
+                        else:
+                            operation = "to(device)" if blocking else None
                 if operation is not None:
                     site = sync_sites.site_of(frame)
                     if operation == "item" and cpu_only_reads(site.callee, site.call):
