@@ -120,11 +120,44 @@ def test_job_summary(pytester, run, monkeypatch):
     pytester.makepyfile(test_suite=SUITE)
     run("--torch-github-annotations", "--torch-failure-artifacts=arts")
     text = summary.read_text()
-    assert text.startswith("## pytest-torch: 4 failed, 2 passed\n")
+    assert text.startswith("## pytest-torch: 2 failed, 2 passed, 2 errors\n")
     assert "| `test_suite.py::test_values` | `test_suite.py:" in text
     assert "(call) | AssertionError: Tensor-likes are not close! |" in text
     assert "(setup) | RuntimeError: fixture broke |" in text
     assert "### Failure artifacts\n\n- `arts/test_suite.py_test_values/1-output.png`" in text
+
+
+def test_job_summary_counts_every_outcome_pytest_counts(pytester, run, monkeypatch):
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("i", range(3))
+        def test_passes(i):
+            pass
+
+        def test_skipped():
+            pytest.skip("not here")
+
+        @pytest.mark.xfail(reason="known")
+        def test_known_bug():
+            assert False
+
+        @pytest.mark.xfail(reason="fixed since")
+        def test_fixed():
+            pass
+
+        def test_other():
+            pass
+        """
+    )
+    result = run("--torch-github-annotations", "-k", "not other")
+    result.assert_outcomes(passed=3, skipped=1, xfailed=1, xpassed=1, deselected=1)
+    assert summary.read_text().startswith(
+        "## pytest-torch: no failures: 3 passed, 1 skipped, 1 deselected, 1 xfailed, 1 xpassed\n"
+    )
 
 
 def test_annotations_come_once_under_xdist(pytester):

@@ -137,7 +137,23 @@ def _layouts() -> dict[str, tuple[torch.Tensor, torch.Tensor, str | None]]:
         "bool": (changed > 7, base > 7, None),
         "bfloat16": (changed.bfloat16(), base.bfloat16(), None),
         "float8_e4m3fn": (changed.to(torch.float8_e4m3fn), base.to(torch.float8_e4m3fn), None),
-        "0-d": (torch.tensor(1.0), torch.tensor(2.0), None),
+        "0-d": (
+            torch.tensor(1.0),
+            torch.tensor(2.5),
+            "output: no heatmap for a single value: actual 1, expected 2.5,"
+            " |actual - expected| 1.5; tensors saved",
+        ),
+        "one element": (
+            torch.tensor([[True]]),
+            torch.tensor([[False]]),
+            "output: no heatmap for a single value: actual True, expected False; tensors saved",
+        ),
+        "0-d complex": (
+            torch.tensor(1 + 2j),
+            torch.tensor(1 - 2j),
+            "output: no heatmap for a single value: actual 1+2j, expected 1-2j,"
+            " |actual - expected| 4; tensors saved",
+        ),
         "empty": (
             torch.zeros(0, 3),
             torch.ones(0, 3),

@@ -173,16 +173,34 @@ def fallback(report: Any, problem: str) -> Failure:
     )  # fmt: skip
 
 
+#: pytest's order of outcomes in its summary line
+OUTCOMES = ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "error")
+
+
+def outcome_counts(outcomes: Mapping[str, int]) -> str:
+    """``2 failed, 1360 passed, 28 skipped, 1 xfailed, 2 errors``: every outcome of the
+    run, as pytest's summary line shows it (outcomes other plugins add come last)."""
+    order = [*OUTCOMES, *sorted(set(outcomes) - set(OUTCOMES))]
+    parts = []
+    for outcome in order:
+        count = outcomes.get(outcome, 0)
+        if count:
+            word = "errors" if outcome == "error" and count > 1 else outcome
+            parts.append(f"{count} {word}")
+    return ", ".join(parts) or "no tests ran"
+
+
 def summary(
     failures: Sequence[Failure],
-    passed: int,
+    outcomes: Mapping[str, int],
     tables: Mapping[str, Sequence[str]],
     artifacts: Sequence[str],
     notes: Sequence[str] = (),
 ) -> str:
-    """The Markdown job summary."""
-    verdict = f"{len(failures)} failed" if failures else "all passed"
-    lines = [f"## pytest-torch: {verdict}, {passed} passed", ""]
+    """The Markdown job summary; ``outcomes`` counts reports by pytest's categories."""
+    counts = outcome_counts(outcomes)
+    heading = counts if failures else f"no failures: {counts}"
+    lines = [f"## pytest-torch: {heading}", ""]
     if failures:
         lines += ["| test | where | failure |", "|---|---|---|"]
         for f in failures:

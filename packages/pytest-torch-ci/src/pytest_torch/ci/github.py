@@ -5,6 +5,7 @@ are built by :mod:`.annotations`). Registered by the plugin on the controller on
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -32,9 +33,16 @@ class GitHubReporter:
         self.failures: list[Failure] = []
         self.artifacts: list[str] = []
         self.notes: list[str] = []
-        self.passed = 0
+        #: outcomes as pytest's own summary line counts them ("passed", "xfailed", ...)
+        self.outcomes: Counter[str] = Counter()
+
+    def pytest_deselected(self, items: list[Any]) -> None:
+        self.outcomes["deselected"] += len(items)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        status = self.config.hook.pytest_report_teststatus(report=report, config=self.config)
+        if status and status[0]:
+            self.outcomes[status[0]] += 1
         if report.failed and not hasattr(report, "wasxfail"):
             try:
                 found = failure(report, self.config.rootpath, self.config.invocation_params.dir)
@@ -44,8 +52,6 @@ class GitHubReporter:
                 add_note(report, [f"GitHub annotation: built from the test's location ({reason})"])
             self.failures.append(found)
             self.artifacts += artifact_paths(report)
-        elif report.passed and report.when == "call":
-            self.passed += 1
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -63,7 +69,7 @@ class GitHubReporter:
         tables, notes = gather(self.config)
         self.notes += notes
         try:
-            text = summary(self.failures, self.passed, tables, self.artifacts, notes)
+            text = summary(self.failures, self.outcomes, tables, self.artifacts, notes)
             with open(path, "a", encoding="utf-8") as out:
                 out.write(text + "\n")
         except Exception as problem:

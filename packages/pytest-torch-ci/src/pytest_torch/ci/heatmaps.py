@@ -4,9 +4,10 @@ Every tensor is first made plottable (:func:`plottable`): sparse layouts (COO, C
 CSC, BSR, BSC) are densified up to :data:`MAX_ELEMENTS` elements, quantized tensors
 dequantized, the components of two nested tensors of the same structure flattened one
 after another, conjugate and negative views resolved; meta and empty tensors, tensors of
-different shapes and larger ones raise :class:`NoPicture` with the reason.
+different shapes and larger ones raise :class:`NoPicture` with the reason, and so does a
+single value (0-d or one element), its reason carrying both values.
 
-Any shape becomes 2-D panels: a scalar is 1x1, 1-D data is folded into a near-square
+Any shape becomes 2-D panels: 1-D data is folded into a near-square
 grid, N-D data is shown as its leading slices (the ones with the most mismatches
 first). Large panels are reduced with a max-pool of |difference| (and of the mismatch
 mask), so a single wrong element stays visible. NaN/Inf are drawn in their own colour;
@@ -102,7 +103,31 @@ def plottable(
             raise NoPicture(f"no heatmap for an empty tensor (shape {list(side.shape)})")
     if a.shape != e.shape:
         raise NoPicture(f"no heatmap: the shapes differ ({list(a.shape)} vs {list(e.shape)})")
+    if a.numel() == 1:
+        raise NoPicture(_single_value(a, e))
     return a, e, notes
+
+
+def _single_value(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    """The values themselves, for a pair of one element each: a one-cell heatmap would
+    only hide them behind a colour bar."""
+    import torch
+
+    def value(tensor: torch.Tensor) -> Any:
+        if tensor.is_complex():
+            return complex(tensor.to(torch.complex128).item())
+        if tensor.is_floating_point():
+            return float(tensor.to(torch.float64).item())
+        return tensor.item()
+
+    def shown(number: Any) -> str:
+        return str(number) if isinstance(number, bool) else f"{number:.8g}"
+
+    a, e = value(actual), value(expected)
+    text = f"no heatmap for a single value: actual {shown(a)}, expected {shown(e)}"
+    if not isinstance(a, bool) and not isinstance(e, bool):
+        text += f", |actual - expected| {abs(a - e):.4g}"
+    return text
 
 
 class Comparison(NamedTuple):
@@ -209,7 +234,7 @@ def panels(comparison: Comparison) -> tuple[list[Panel], int]:
     a, e, d, m, _ = comparison
     if a.dim() <= 1:
         padding = _fold(torch.zeros(a.numel(), dtype=torch.bool), True)
-        label = "all elements" if a.dim() == 0 else f"{a.numel()} elements, folded row by row"
+        label = f"{a.numel()} elements, folded row by row"
         panel = Panel(
             label,
             _fold(a.reshape(-1), 0.0),
