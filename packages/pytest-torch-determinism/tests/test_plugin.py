@@ -77,6 +77,40 @@ def test_flag_turns_deterministic_mode_on_for_seeded_tests(pytester, run):
     assert "PytestConfigWarning" not in result.stdout.str()
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ  # the session put it back
     assert not torch.are_deterministic_algorithms_enabled()
+    result.stdout.fnmatch_lines(
+        ["torch: --torch-deterministic applied to 2 of 4 tests (those using torch_seed)"]
+    )
+
+
+def test_a_run_it_applied_to_no_test_says_so_and_what_to_do(pytester, run):
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_plain():
+            assert not torch.are_deterministic_algorithms_enabled()
+        """
+    )
+    result = run("--torch-deterministic")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "torch: --torch-deterministic applied to none of the 1 tests: it acts on tests that"
+            " use the torch_seed fixture, and none of these did, so this run was not made"
+            " deterministic. Request torch_seed in the tests*",
+        ]
+    )
+    assert "applied to" not in run().stdout.str()  # without the flag: nothing to say
+
+
+def test_the_count_comes_from_the_workers_under_xdist(pytester):
+    pytest.importorskip("xdist")
+    _suite(pytester, expected=True)
+    result = pytester.runpytest_subprocess(
+        "-p", "xdist", "-p", "torch_determinism", "-n", "2", "--torch-deterministic"
+    )
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["torch: --torch-deterministic applied to 2 of 4 tests*"])
 
 
 def test_warn_only_and_the_ini_twins(pytester, run):

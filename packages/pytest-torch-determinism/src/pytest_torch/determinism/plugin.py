@@ -22,6 +22,7 @@ from collections.abc import Generator
 import pytest
 
 from pytest_torch.core.options import add_flag_with_ini, option_or_ini
+from pytest_torch.core.reports import add_section
 
 pytest_plugins = ["torch_core"]
 
@@ -35,6 +36,10 @@ class DeterminismSettings:
         self.cublas_set = False
         #: the header's line about CUBLAS_WORKSPACE_CONFIG
         self.cublas_line: str | None = None
+        #: tests set up in this run, and those deterministic mode was applied to (the
+        #: controller counts its workers' reports under xdist)
+        self.tests = 0
+        self.applied = 0
 
 
 settings_key = pytest.StashKey[DeterminismSettings]()
@@ -93,6 +98,7 @@ def _set_up(config: pytest.Config, enabled: bool, warn_only: bool) -> None:
     config.stash[settings_key] = settings
     if not enabled:
         return
+    config.pluginmanager.register(AppliedCounter(settings), "torch_determinism_applied")
     from pytest_torch.determinism import cublas
 
     exported = os.environ.get(cublas.VARIABLE)
@@ -160,10 +166,13 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    if report.when == "setup" and item.stash.get(applied_key, False):
+        # a plain attribute travels with the report to the xdist controller
+        report.torch_deterministic_applied = True  # type: ignore[attr-defined]
     if report.failed and call.excinfo is not None and item.stash.get(applied_key, False):
         op = _refused_op(call.excinfo.value)
         if op is not None:
-            _explain(report, _refusal_section(item, op))
+            add_section(report, "torch-deterministic", _refusal_section(item, op))
     return report
 
 
@@ -216,18 +225,38 @@ def _refusal_section(item: pytest.Item, op: str) -> str:
     )
 
 
-def _explain(report: pytest.TestReport, text: str) -> None:
-    """Add ``text`` under the failure (after torch's own message), shown whatever
-    --show-capture says."""
-    title = "torch-deterministic"
-    longrepr = report.longrepr
-    add_section = getattr(longrepr, "addsection", None)  # a traceback's representation
-    if add_section is not None:
-        add_section(title, text)
-    elif isinstance(longrepr, str):
-        report.longrepr = f"{longrepr}\n{'-' * 10} {title} {'-' * 10}\n{text}"
-    else:
-        report.sections.append((title, text))
+class AppliedCounter:
+    """Counts the tests set up in this run and those --torch-deterministic acted on (the
+    xdist controller counts its workers' reports), and says so at the end."""
+
+    def __init__(self, settings: DeterminismSettings) -> None:
+        self.settings = settings
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "setup":
+            self.settings.tests += 1
+            self.settings.applied += bool(getattr(report, "torch_deterministic_applied", False))
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.settings.tests:
+            line = applied_line(self.settings.applied, self.settings.tests)
+            terminalreporter.write_line(line, yellow=self.settings.applied == 0)
+
+
+def applied_line(applied: int, tests: int) -> str:
+    """The end-of-run line on how many tests --torch-deterministic acted on."""
+    if applied:
+        return (
+            f"torch: --torch-deterministic applied to {applied} of {tests} tests (those using"
+            " torch_seed)"
+        )
+    return (
+        f"torch: --torch-deterministic applied to none of the {tests} tests: it acts on tests"
+        " that use the torch_seed fixture, and none of these did, so this run was not made"
+        " deterministic. Request torch_seed in the tests to check (in a module:"
+        ' pytestmark = pytest.mark.usefixtures("torch_seed"); for a whole suite: an autouse'
+        " fixture in conftest.py that requests it)."
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
