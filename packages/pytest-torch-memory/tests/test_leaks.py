@@ -356,3 +356,23 @@ def test_bad_budgets_for_the_function_are_clear_errors(mb, error):
         assert_max_memory(lambda: None, mb=mb)
     assert "pytest.mark" not in str(info.value)
     assert "Example: assert_max_memory(step, mb=512" in str(info.value)
+
+
+def test_every_run_starts_from_the_random_state_of_the_first():
+    import random
+
+    drawn = []
+
+    def step():
+        drawn.append((torch.rand(()).item(), random.random()))
+
+    torch.manual_seed(3)
+    random.seed(3)
+    assert check_for_leaks(step, LeakCheck(iterations=3)) is None
+    after_check = (torch.rand(()).item(), random.random())
+    assert len(drawn) == 4 and len(set(drawn)) == 1
+    # the same draws as one run, and the generators left as one run leaves them
+    torch.manual_seed(3)
+    random.seed(3)
+    assert (torch.rand(()).item(), random.random()) == drawn[0]
+    assert (torch.rand(()).item(), random.random()) == after_check

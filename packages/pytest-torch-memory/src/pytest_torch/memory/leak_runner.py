@@ -22,6 +22,44 @@ if TYPE_CHECKING:
     from pytest_torch.memory.settings import MemorySettings
 
 
+#: (the run that raised, the check's iterations) when a run after the first raised
+RAISED_IN_RUN = pytest.StashKey[tuple[int, int]]()
+
+
+def raised_in_run(item: pytest.Item) -> str | None:
+    """The report's section for a test whose body raised in a run after the first under
+    the leak check (None otherwise): the user's error is not the check's, but it would
+    not have happened in a plain run."""
+    found = item.stash.get(RAISED_IN_RUN, None)
+    if found is None:
+        return None
+    run, iterations = found
+    how = (
+        "--torch-leak-check runs every test's body"
+        if item.get_closest_marker("torch_memory_leak") is None
+        else "@pytest.mark.torch_memory_leak runs this test's body"
+    )
+    lines = [
+        f"{how} {iterations + 1} times to watch its memory (once to warm up, then"
+        f" {iterations}), and one more, traced, when it leaks. Run {run} raised the error"
+        f" above; the {'first run' if run == 2 else f'first {run - 1} runs'} passed. A run"
+        " without the check runs it once.",
+        "Every run gets the same fixture values and starts from the same random state as"
+        " the first, so what differs is state the body changes and keeps: a global or"
+        " module attribute, a cache, a counter, a file, a generator of its own"
+        " (torch.Generator, numpy.random.default_rng) made outside the body.",
+    ]
+    if "torch_seed" not in getattr(item, "fixturenames", ()):
+        lines.append(
+            "This test does not use torch_seed: its random draws come from whatever state"
+            " earlier tests left, so in another order a plain run may fail the same way."
+            " Request torch_seed to draw the same values in every run and order."
+        )
+    if item.get_closest_marker("torch_memory_leak") is None:
+        lines.append(f"Run it as before with: pytest {item.nodeid} (without --torch-leak-check)")
+    return "\n".join(lines)
+
+
 def leak_check_to_run(pyfuncitem: pytest.Function, settings: MemorySettings) -> LeakCheck | None:
     """The leak check this test's body gets, or None: not asked for, a body that must
     run once (e.g. perf times it; only reached by ``--torch-leak-check``, a marker on
@@ -47,7 +85,19 @@ def repeating_body(pyfuncitem: pytest.Function, check: LeakCheck) -> Callable[..
         __tracebackhide__ = True
         from pytest_torch.memory.leaks import check_for_leaks
 
-        message = check_for_leaks(lambda: original(**kwargs), check, accelerators, root)
+        runs = 0
+
+        def counted() -> object:
+            nonlocal runs
+            runs += 1
+            return original(**kwargs)
+
+        try:
+            message = check_for_leaks(counted, check, accelerators, root)
+        except BaseException:
+            if runs > 1:  # the report says which run raised (see raised_in_run)
+                pyfuncitem.stash[RAISED_IN_RUN] = (runs, check.iterations)
+            raise
         if message is not None:
             pyfuncitem.user_properties.append((LEAK_PROPERTY, message))
             pytest.fail(message, pytrace=False)

@@ -337,15 +337,26 @@ def check_for_leaks(
 ) -> str | None:
     """Run ``run`` ``check.iterations + 1`` times; the failure message of a leak, or None.
 
-    Exceptions from ``run`` propagate. ``root`` shortens the file names in the report.
+    Every run starts from the random state the first one started from (Python's,
+    NumPy's and torch's generators on every device): a body that draws random inputs
+    draws the same ones each time, as it does in a run without the check, and the
+    generators are left as one run leaves them. Exceptions from ``run`` propagate.
+    ``root`` shortens the file names in the report.
     """
+    from pytest_torch.core import seeding
     from pytest_torch.memory.culprits import creation_sites, find_holder
+
+    start = seeding.capture()
+
+    def again() -> object:
+        seeding.restore(start)
+        return run()
 
     with frozen_heap():
         run()
         censuses = [take_census(accelerators)]
         for _ in range(check.iterations):
-            run()
+            again()
             censuses.append(take_census(accelerators))
         verdict = judge(censuses, check)
         if not verdict.leaking:
@@ -354,7 +365,7 @@ def check_for_leaks(
         sites = creation_sites()
         try:
             with sites:
-                run()
+                again()
             traced = "; one more run traced where tensors are created"
             found = culprits([*censuses, take_census(accelerators)], verdict)
         except Exception:  # the report can do without creation sites

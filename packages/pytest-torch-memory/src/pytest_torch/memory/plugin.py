@@ -159,6 +159,21 @@ class _Runner:
         return result
 
     @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if report.when == "call" and report.failed:
+            from pytest_torch.memory.leak_runner import raised_in_run
+
+            text = raised_in_run(item)
+            if text is not None:
+                from pytest_torch.core.reports import add_section
+
+                add_section(report, "torch-leak-check", text)
+        return report
+
+    @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
         settings = pyfuncitem.config.stash[settings_key]
         if not settings.leak_all and pyfuncitem.get_closest_marker(LEAK_MARKER) is None:
