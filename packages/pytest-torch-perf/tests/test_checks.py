@@ -337,6 +337,16 @@ def test_a_recorded_core_no_host_can_match_explains_at_most_a_plausible_slowdown
     assert "a core 3.00x slower than the one the baseline was recorded on" in outcome.message
 
 
+def test_a_modest_regression_of_a_short_call_names_the_process_layout():
+    note = "a call this short can run up to 1.7x slower in one process than in another"
+    outcome, _ = compare(baseline(0.02), (result(0.03), {}), (result(0.03), {}), slack=0.0)
+    assert outcome.status == "fail" and note in outcome.message
+    assert "if a re-run passes, that was it" in outcome.message
+    for base, now in ((0.02, 0.04), (1.0, 1.5)):  # more than a layout does; a longer call
+        outcome, _ = compare(baseline(base), (result(now), {}), (result(now), {}), slack=0.0)
+        assert outcome.status == "fail" and note not in outcome.message
+
+
 @pytest.mark.parametrize(("strict", "status"), [(False, "skip"), (True, "fail")])
 def test_other_thread_count_is_not_judged(strict, status):
     outcome, calls = compare(baseline(1.0, threads=8), strict=strict)

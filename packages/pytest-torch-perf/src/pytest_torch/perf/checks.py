@@ -37,6 +37,7 @@ from pytest_torch.perf.settling import (
     disturbance,
     generous_reading,
     host_factor,
+    layout_note,
     machine_line,
     not_judged_cause,
     settle,
@@ -398,6 +399,7 @@ def compare(
             *memory_failures,
             f"  now: {result.describe()}",
             machine_line(result, settled, stat, latency.limit, host),
+            layout_note(baseline.latency_ms, latency.ratio),
         ]
     else:
         lines += [*memory_failures, f"  now: {result.describe()}"]
