@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from pytest_torch.memory.culprits import creation_sites, describe_holder, find_holder, short_repr
@@ -123,3 +125,27 @@ def test_output_structures_kept_per_step_are_recognised():
     trainer.losses.append(torch.ones(1))
     holder = find_holder(trainer.losses[0])
     assert holder is not None and holder.structure is None  # one container: not a structure
+
+
+class Embedder:
+    @functools.lru_cache  # noqa: B019 - the leak these tests are about
+    def table(self, size: int) -> torch.Tensor:
+        return torch.ones(size)
+
+    @functools.cache  # noqa: B019
+    def rows(self, size: int) -> torch.Tensor:
+        return torch.ones(size, 2)
+
+
+def test_a_tensor_in_a_methods_lru_cache_names_the_method_and_its_class():
+    embedder = Embedder()
+    try:
+        for name in ("table", "rows"):  # bounded: held by its entries; unbounded: its dict
+            tensor = getattr(embedder, name)(3)
+            assert describe_holder(tensor) == (
+                f"the cache of `Embedder.{name}` (functools.lru_cache) (attribute `{name}` of"
+                " class `Embedder` in module `test_culprits`)"
+            )
+    finally:
+        Embedder.table.cache_clear()
+        Embedder.rows.cache_clear()

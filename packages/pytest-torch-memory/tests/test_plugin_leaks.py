@@ -369,3 +369,40 @@ def test_cuda_leak_in_bytes_and_cuda_peak(pytester, run):
             "  added by the test body at its peak:            32.0 MiB",
         ]
     )
+
+
+def test_a_tensor_cached_by_a_methods_lru_cache_is_held_by_that_method(pytester, run):
+    pytester.makepyfile(
+        test_cached="""
+        import functools
+        import itertools
+
+        import pytest
+        import torch
+
+        lengths = itertools.count(8)
+
+
+        class Positions:
+            @functools.lru_cache
+            def table(self, length):
+                return torch.arange(length, dtype=torch.float32)
+
+
+        positions = Positions()
+
+
+        @pytest.mark.torch_memory_leak(iterations=3)
+        def test_a_new_length_every_step():
+            positions.table(next(lengths))
+        """
+    )
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*held by the cache of `Positions.table` (functools.lru_cache) (attribute `table`"
+            " of class `Positions` in module `test_cached`)*",
+            "*a functools.lru_cache keeps every result it returned*",
+        ]
+    )

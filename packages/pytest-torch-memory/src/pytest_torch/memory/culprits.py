@@ -5,7 +5,8 @@ call returns, the first line outside torch (and outside this family) on the stac
 costs a frame walk per torch call, so the leak check uses it for one extra run only,
 once a leak is already proven. :func:`describe_holder` follows the garbage collector's
 referrers up from a tensor to something with a name: a module global, an attribute, a
-variable captured by a closure, a function's default argument. Keys are named by a short
+variable captured by a closure, a function's default argument, a ``functools.lru_cache``
+(and where the cached function lives). Keys are named by a short
 repr, a tensor by its shape and dtype (never its numbers). :func:`find_holder` also says
 what kind of holder it is, so the report can give advice that fits.
 """
@@ -295,6 +296,8 @@ def _describe(target: object, ignored: set[int], depth: int) -> str | None:
             inner = _describe(ref, ignored | {id(ref)}, depth + 1)
             if inner:
                 return _container(ref, inner)
+        elif _is_lru_cache(ref):  # a bounded cache's entries hold its results
+            return _lru_cache_text(ref, ignored, depth)
         else:
             text = _describe_attribute(ref, target, ignored | {id(ref)}, depth)
             if text:
@@ -399,12 +402,29 @@ def _describe_dict(
             where = _describe(owner, ignored | {id(owner)}, depth + 1)
             suffix = f" ({where})" if where else ""
             return f"{registry} `{key}` of a `{_kind(owner)}` module{suffix}"
+    for owner in _referrers(mapping, ignored):
+        if _is_lru_cache(owner) and any(ref is mapping for ref in gc.get_referents(owner)):
+            return _lru_cache_text(owner, ignored, depth)
     inner = _describe(mapping, ignored, depth + 1)
     if inner is None:
         return None
     if inner.startswith(("global ", "variable ")):
         return f"key `{key}` of dict {inner.split(' ', 1)[1]}"
     return f"key `{key}` of a dict in {inner}"
+
+
+def _is_lru_cache(owner: object) -> bool:
+    """A ``functools.lru_cache`` wrapper: it keeps its results out of sight of ``vars``
+    (in its cache dict when unbounded, in its own entries when bounded), but the
+    collector sees them."""
+    kind = type(owner)
+    return kind.__name__ == "_lru_cache_wrapper" and kind.__module__ == "functools"
+
+
+def _lru_cache_text(wrapper: object, ignored: set[int], depth: int) -> str:
+    where = _describe(wrapper, ignored | {id(wrapper)}, depth + 1)
+    suffix = f" ({where})" if where else ""
+    return f"the cache of `{getattr(wrapper, '__qualname__', '?')}` (functools.lru_cache){suffix}"
 
 
 def _module_registry(owner: object, mapping: dict[Any, Any]) -> str | None:

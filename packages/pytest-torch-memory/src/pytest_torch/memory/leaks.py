@@ -206,6 +206,13 @@ def advice(key: GroupKey, evidence: Evidence, per_run: float) -> str | None:
         )
     if not holder:
         return None
+    if holder.startswith("the cache of "):
+        return (
+            "a functools.lru_cache keeps every result it returned, and a new key (a new"
+            " self, a new tensor argument) on every run adds one: bound it"
+            " (lru_cache(maxsize=N)), clear it (method.cache_clear()), or key it by values"
+            " that repeat (shapes, not tensors)"
+        )
     if per_run:
         return (
             "plain tensors (no autograd graph) pile up there: clear or bound the container"
