@@ -8,7 +8,12 @@ import pytest
 
 from pytest_torch.perf import contention, machine_probes
 from pytest_torch.perf.contention import Interference, Monitor, core_factors
-from pytest_torch.perf.machine_probes import LoopReference, MachineReading, RunQueueProbe
+from pytest_torch.perf.machine_probes import (
+    LoopReference,
+    MachineReading,
+    RunQueueProbe,
+    descendants_cpu,
+)
 from pytest_torch.perf.timing import SamplingSettings, measure
 
 MS = 1e-3
@@ -262,6 +267,51 @@ def test_steal_and_other_processes_come_from_the_machine_counters():
     assert found.disturbed  # but it is said: 10 % steal
     assert "other processes kept 1.8 of 2 cores busy" in found.evidence()
     assert "the hypervisor took 10 % (steal time)" in found.evidence()
+
+
+def test_waiting_for_the_codes_own_worker_processes_is_the_codes_time():
+    # every sample waits half its time: while a DataLoader's two workers (this
+    # process's children) kept 1.5 cores busy and nobody else ran, that is the code
+    def readings(busy_after: float):
+        return [
+            MachineReading(busy_s=10.0, steal_s=0.0, total_s=100.0, process_s=5.0,
+                           wall_s=0.0, children={41: 2.0, 42: 0.5}),
+            MachineReading(busy_s=busy_after, steal_s=0.0, total_s=102.0, process_s=6.0,
+                           wall_s=1.0, children={41: 2.75, 42: 1.25, 43: 0.0}),
+        ]  # fmt: skip
+
+    result = run(Machine(waiting=[(0.0, 1.0)]), readings(12.6))
+    found = result.interference
+    assert found.own_workers_cores == pytest.approx(1.5)
+    assert found.others_cores == pytest.approx(0.1)
+    assert (found.set_aside, found.waited_share, result.busy) == (0, 0.0, False)
+    assert result.median == pytest.approx(2.0)  # the samples as they ran, waits included
+    assert "its own worker processes 1.5 (part of the code)" in found.evidence()
+    # with another process keeping a core busy too, the waits are interference again
+    result = run(Machine(waiting=[(0.0, 1.0)]), readings(13.6))
+    found = result.interference
+    assert found.others_cores == pytest.approx(1.1)
+    assert found.set_aside == found.samples and result.busy
+
+
+def test_a_processs_descendants_and_their_cpu_time_come_from_proc(tmp_path):
+    import os
+
+    def process(pid: int, children: dict[str, str], utime: int, stime: int) -> None:
+        for tid, kids in children.items():
+            (tmp_path / str(pid) / "task" / tid).mkdir(parents=True)
+            (tmp_path / str(pid) / "task" / tid / "children").write_text(kids)
+        fields = ["S", "1"] + ["0"] * 9 + [str(utime), str(stime)] + ["0"] * 20
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (py thon) " + " ".join(fields))
+
+    process(100, {"100": "200 ", "101": "300"}, 0, 0)
+    process(200, {"200": "400"}, 150, 50)
+    process(300, {"300": ""}, 10, 0)
+    process(400, {"400": ""}, 5, 5)
+    hertz = os.sysconf("SC_CLK_TCK")
+    found = descendants_cpu(100, proc=str(tmp_path))
+    assert found == {200: 200 / hertz, 300: 10 / hertz, 400: 10 / hertz}
+    assert descendants_cpu(999, proc=str(tmp_path)) == {}
 
 
 @pytest.mark.parametrize(

@@ -72,6 +72,10 @@ MIN_UNDISTURBED_S = 0.02
 DISTURBED_SHARE = 0.1
 #: steal time from this share of the machine's CPU time on is worth reporting
 STEAL_REPORTED = 0.005
+#: cores this process's own worker processes must keep busy for their effect to count
+OWN_WORKERS = 0.1
+#: other processes keeping fewer cores than this busy: nobody else was running
+QUIET = 0.2
 #: the most a slowed core (or a slower host) is taken to explain: a core shared with a
 #: busy sibling thread at a lower clock; the loop's worst reading here was 3.3x
 MAX_CORE_FACTOR = 3.0
@@ -121,8 +125,11 @@ class Interference:
     code_slowdown: float | None = None
     #: share of the machine's CPU time the hypervisor took (None: unknown)
     steal_share: float | None = None
-    #: cores other processes kept busy on average (None: unknown)
+    #: cores other processes kept busy on average, this process's descendants (a data
+    #: loader's workers) not counted (None: unknown)
     others_cores: float | None = None
+    #: cores this process's own descendants kept busy on average (None: unknown)
+    own_workers_cores: float | None = None
     cores: int = 0
     #: the reference loop's best in this process when the measurement ended, in seconds
     reference_loop_s: float | None = None
@@ -183,6 +190,10 @@ class Interference:
         parts.append(f"{self.undisturbed} of {self.samples} samples undisturbed")
         if self.others_cores is not None:
             parts.append(f"other processes kept {self.others_cores:.1f} of {self.cores} cores busy")
+        if self.own_workers_cores is not None and self.own_workers_cores >= OWN_WORKERS:
+            parts.append(
+                f"its own worker processes {self.own_workers_cores:.1f} (part of the code)"
+            )
         if self.steal_share is not None and self.steal_share >= STEAL_REPORTED:
             parts.append(f"the hypervisor took {100 * self.steal_share:.0f} % (steal time)")
         return "; ".join(parts)
@@ -337,6 +348,11 @@ class Monitor:
             max(0.0, wait - max(0.0, block.wall - seconds))
             for wait, block, seconds in zip(self.waits(), self._blocks, elapsed, strict=True)
         ]
+        steal, others, cores, own = self._machine_figures()
+        if own is not None and own >= OWN_WORKERS and others is not None and others < QUIET:
+            # the code's own worker processes (a DataLoader's) kept it waiting for a CPU,
+            # and nobody else ran: that wait is the code's, as it would be anywhere
+            waits = [0.0] * len(waits)
         waited = [w > SET_ASIDE_SHARE * seconds for w, seconds in zip(waits, elapsed, strict=True)]
         ratios = [self.loop_ratio(k) for k in range(len(elapsed))]
         factors, slowdown = core_factors(
@@ -348,7 +364,6 @@ class Monitor:
             for seconds, wait, factor in zip(elapsed, waits, factors, strict=True)
         ]
         slowed = [f > 1.0 and not w for w, f in zip(waited, factors, strict=True)]
-        steal, others, cores = self._machine_figures()
         return Judged(
             aside=aside,
             generous=generous,
@@ -364,6 +379,7 @@ class Monitor:
                 code_slowdown=slowdown,
                 steal_share=steal,
                 others_cores=others,
+                own_workers_cores=own,
                 cores=cores,
                 reference_loop_s=self.reference.best,
                 core_probe_s=self.core_reference.best,
@@ -374,22 +390,30 @@ class Monitor:
             ),
         )
 
-    def _machine_figures(self) -> tuple[float | None, float | None, int]:
+    def _machine_figures(self) -> tuple[float | None, float | None, int, float | None]:
+        """Steal share, cores other processes kept busy, cores, and cores this
+        process's own descendants kept busy, over the measurement."""
         from pytest_torch.core.cpus import available_cores
 
         after = self.machine()
         cores = self.cores or available_cores()
-        steal = others = None
-        if self._before is not None and after is not None:
-            total = after.total_s - self._before.total_s
-            wall = after.wall_s - self._before.wall_s
+        steal = others = own = None
+        before = self._before
+        if before is not None and after is not None:
+            total = after.total_s - before.total_s
+            wall = after.wall_s - before.wall_s
             if total > 0:
-                steal = max(0.0, (after.steal_s - self._before.steal_s) / total)
+                steal = max(0.0, (after.steal_s - before.steal_s) / total)
             if wall > 0:
-                ours = after.process_s - self._before.process_s
-                busy = after.busy_s - self._before.busy_s
-                others = min(float(cores), max(0.0, (busy - ours) / wall))
-        return steal, others, cores
+                ours = after.process_s - before.process_s
+                children = sum(
+                    max(0.0, seconds - before.children.get(pid, 0.0))
+                    for pid, seconds in after.children.items()
+                )
+                busy = after.busy_s - before.busy_s
+                others = min(float(cores), max(0.0, (busy - ours - children) / wall))
+                own = children / wall
+        return steal, others, cores, own
 
     def close(self) -> None:
         if self.probe is not None:

@@ -1,6 +1,7 @@
 """What the interference monitor reads of the machine: how long this process's threads
 waited in the run queue (Linux's schedstat), how fast a fixed reference loop and a core
-probe run now, and the machine's CPU time counters (steal, other processes). Plain
+probe run now, the machine's CPU time counters (steal, other processes) and this
+process's own descendants' CPU time (a data loader's workers). Plain
 readers with no judgement: ``contention`` decides what the readings mean.
 """
 
@@ -11,8 +12,8 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 #: iterations of the reference loop (about 10 to 20 µs on a 2020s server core)
@@ -162,6 +163,46 @@ class MachineReading:
     total_s: float
     process_s: float
     wall_s: float
+    #: CPU seconds of each live descendant process (a DataLoader's workers), by pid
+    children: Mapping[int, float] = field(default_factory=dict)
+
+
+#: descendants followed at most (a process tree larger than this is not a test's)
+MAX_DESCENDANTS = 256
+
+
+def descendants_cpu(root: int | None = None, proc: str = "/proc") -> dict[int, float]:
+    """CPU seconds (user and system) of every live descendant of ``root`` (this
+    process), from Linux's ``/proc/<pid>/task/<tid>/children``; empty elsewhere."""
+    try:
+        hertz = os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError, AttributeError):
+        return {}
+    found: dict[int, float] = {}
+    pending = [os.getpid() if root is None else root]
+    while pending and len(found) < MAX_DESCENDANTS:
+        pid = pending.pop()
+        try:
+            tasks = os.listdir(f"{proc}/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"{proc}/{pid}/task/{task}/children", encoding="ascii") as handle:
+                    kids = [int(kid) for kid in handle.read().split()]
+            except (OSError, ValueError):
+                continue
+            for kid in kids:
+                if kid in found:
+                    continue
+                try:
+                    with open(f"{proc}/{kid}/stat", encoding="ascii", errors="replace") as handle:
+                        fields = handle.read().rsplit(")", 1)[1].split()
+                    found[kid] = (int(fields[11]) + int(fields[12])) / hertz
+                except (OSError, ValueError, IndexError):
+                    continue
+                pending.append(kid)
+    return found
 
 
 def read_machine(stat: str = "/proc/stat") -> MachineReading | None:
@@ -183,4 +224,5 @@ def read_machine(stat: str = "/proc/stat") -> MachineReading | None:
         total_s=(busy + idle + iowait + steal) / hertz,
         process_s=time.process_time(),
         wall_s=time.perf_counter(),
+        children=descendants_cpu(),
     )
