@@ -133,13 +133,16 @@ def counted(busy: bool, slower_host: bool, over_even_so: bool) -> str:
     return BUSY if busy else SLOWER_HOST
 
 
+def _skipped_or_failed(strict: bool) -> str:
+    return "failed (--torch-perf-strict)" if strict else "skipped (--torch-perf-strict fails it)"
+
+
 def busy_advice(strict: bool) -> str:
-    what = "failed (--torch-perf-strict)" if strict else "skipped (--torch-perf-strict fails it)"
     return (
-        f"This test is {what}. Run perf tests where nothing else competes for the cores:"
-        " no heavy jobs beside them, and no more xdist workers x --torch-perf-threads"
-        " than cores; or let a busy measurement sample longer for undisturbed samples"
-        " (--torch-perf-busy-max-time)."
+        f"This test is {_skipped_or_failed(strict)}. Run perf tests where nothing else"
+        " competes for the cores: no heavy jobs beside them, and no more xdist workers x"
+        " --torch-perf-threads than cores; or let a busy measurement sample longer for"
+        " undisturbed samples (--torch-perf-busy-max-time)."
     )
 
 
@@ -256,11 +259,10 @@ def not_judged_cause(
 
 
 def slower_host_advice(strict: bool) -> str:
-    what = "failed (--torch-perf-strict)" if strict else "skipped (--torch-perf-strict fails it)"
     return (
-        f"This test is {what}. Its core is slower than the recording one's by more than"
-        " the code's excess: a slower host that shares the machine key (cloud runners of"
-        " one CPU model differ), or a core slowed by a neighbour all along. Re-run it; if"
-        " this host is simply slower, record baselines on it (--torch-update-perf) and keep"
-        " them apart (--torch-perf-baselines)."
+        f"This test is {_skipped_or_failed(strict)}. Its core is slower than the recording"
+        " one's by more than the code's excess: a slower host that shares the machine key"
+        " (cloud runners of one CPU model differ), or a core slowed by a neighbour all"
+        " along. Re-run it; if this host is simply slower, record baselines on it"
+        " (--torch-update-perf) and keep them apart (--torch-perf-baselines)."
     )
