@@ -132,17 +132,10 @@ def test_over_budget_on_a_busy_machine_is_judged_in_proportion(pytester, run, ma
 import time
 
 
-def _median_ms():
-    x = torch.randn(8, 16)
-    with torch.inference_mode():
-        for _ in range(20):
-            model(x)
-        times = []
-        for _ in range(51):
-            start = time.perf_counter()
-            model(x)
-            times.append(time.perf_counter() - start)
-    return sorted(times)[25] * 1e3
+def spin():  # 0.5 ms of wall time however fast the machine: no figure of this machine
+    end = time.perf_counter() + 5e-4
+    while time.perf_counter() < end:
+        pass
 
 
 @pytest.mark.torch_max_latency(1e-6)
@@ -153,10 +146,10 @@ def test_far_over(make_tensor, latency):
 def test_fast(make_tensor, latency):
     latency(model, make_tensor(8, 16))
 
-# a third of the time this process takes: the 90 % waited on the busy machine explains it
-@pytest.mark.torch_max_latency(_median_ms() / 3)
-def test_near(make_tensor, latency):
-    latency(model, make_tensor(8, 16))
+# half the time the call takes: the 90 % waited on the busy machine explains it
+@pytest.mark.torch_max_latency(0.25)
+def test_near(latency):
+    latency(spin)
 """
     )
     machine("busy")
