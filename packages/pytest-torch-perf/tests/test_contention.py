@@ -276,8 +276,9 @@ def test_waiting_for_the_codes_own_worker_processes_is_the_codes_time():
         return [
             MachineReading(busy_s=10.0, steal_s=0.0, total_s=100.0, process_s=5.0,
                            wall_s=0.0, children={41: 2.0, 42: 0.5}),
+            # 41 ran on, 42 ended (0.5 s before, 1.25 s in all, waited for), 43 just started
             MachineReading(busy_s=busy_after, steal_s=0.0, total_s=102.0, process_s=6.0,
-                           wall_s=1.0, children={41: 2.75, 42: 1.25, 43: 0.0}),
+                           wall_s=1.0, children={41: 2.75, 43: 0.0}, reaped_s=1.25),
         ]  # fmt: skip
 
     result = run(Machine(waiting=[(0.0, 1.0)]), readings(12.6))

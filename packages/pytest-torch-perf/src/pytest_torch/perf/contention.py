@@ -406,10 +406,8 @@ class Monitor:
                 steal = max(0.0, (after.steal_s - before.steal_s) / total)
             if wall > 0:
                 ours = after.process_s - before.process_s
-                children = sum(
-                    max(0.0, seconds - before.children.get(pid, 0.0))
-                    for pid, seconds in after.children.items()
-                )
+                # a descendant that ended moves from the live figures to the reaped one
+                children = max(0.0, after.descendants_s() - before.descendants_s())
                 busy = after.busy_s - before.busy_s
                 others = min(float(cores), max(0.0, (busy - ours - children) / wall))
                 own = children / wall

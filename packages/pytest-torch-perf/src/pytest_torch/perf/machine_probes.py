@@ -165,6 +165,13 @@ class MachineReading:
     wall_s: float
     #: CPU seconds of each live descendant process (a DataLoader's workers), by pid
     children: Mapping[int, float] = field(default_factory=dict)
+    #: CPU seconds of the descendants that ended and were waited for (a DataLoader's
+    #: workers that are not persistent end with each epoch)
+    reaped_s: float = 0.0
+
+    def descendants_s(self) -> float:
+        """CPU seconds of every descendant so far, live and ended."""
+        return sum(self.children.values()) + self.reaped_s
 
 
 #: descendants followed at most (a process tree larger than this is not a test's)
@@ -205,6 +212,11 @@ def descendants_cpu(root: int | None = None, proc: str = "/proc") -> dict[int, f
     return found
 
 
+def _reaped_s() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
+
+
 def read_machine(stat: str = "/proc/stat") -> MachineReading | None:
     """Linux's ``/proc/stat`` totals; None where there is no such file."""
     try:
@@ -225,4 +237,5 @@ def read_machine(stat: str = "/proc/stat") -> MachineReading | None:
         process_s=time.process_time(),
         wall_s=time.perf_counter(),
         children=descendants_cpu(),
+        reaped_s=_reaped_s(),
     )
