@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_torch.memory.marker_specs import LEAK
 from pytest_torch.memory.markers import leak_check_of, runs_once
 from pytest_torch.memory.measured_devices import devices_to_measure
 from pytest_torch.memory.results import LEAK_PROPERTY
@@ -34,10 +35,11 @@ def raised_in_run(item: pytest.Item) -> str | None:
     if found is None:
         return None
     run, iterations = found
+    marked = item.get_closest_marker(LEAK.name) is not None
     how = (
-        "--torch-leak-check runs every test's body"
-        if item.get_closest_marker("torch_memory_leak") is None
-        else "@pytest.mark.torch_memory_leak runs this test's body"
+        f"@pytest.mark.{LEAK.name} runs this test's body"
+        if marked
+        else "--torch-leak-check runs every test's body"
     )
     lines = [
         f"{how} {iterations + 1} times to watch its memory (once to warm up, then"
@@ -55,7 +57,7 @@ def raised_in_run(item: pytest.Item) -> str | None:
             " earlier tests left, so in another order a plain run may fail the same way."
             " Request torch_seed to draw the same values in every run and order."
         )
-    if item.get_closest_marker("torch_memory_leak") is None:
+    if not marked:
         lines.append(f"Run it as before with: pytest {item.nodeid} (without --torch-leak-check)")
     return "\n".join(lines)
 
