@@ -99,6 +99,16 @@ CASES = [
         expect=("torch_perf_min_undisturbed (in", "expected a whole number >= 1, got '2.5'"),
     ),
     Case(
+        "perf-fresh-processes-negative",
+        ("--torch-perf-fresh-processes=-1",),
+        expect=("--torch-perf-fresh-processes", "expected a whole number >= 0, got '-1'"),
+    ),
+    Case(
+        "perf-fresh-processes-ini",
+        ini="torch_perf_fresh_processes = some",
+        expect=("torch_perf_fresh_processes (in", "expected a whole number >= 0, got 'some'"),
+    ),
+    Case(
         "perf-threads-zero",
         ("--torch-perf-threads=0",),
         expect=("--torch-perf-threads", "expected a positive whole number of threads", "'0'"),

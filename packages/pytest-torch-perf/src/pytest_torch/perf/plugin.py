@@ -207,6 +207,15 @@ def pytest_torch_report_tables(config: pytest.Config) -> list[ReportTable] | Non
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist's controller: hand each worker this run's command line, from which a worker
+    starts a fresh process like this run (see ``fresh_process``)."""
+    from pytest_torch.perf.fresh_process import WORKER_ARGS, invocation_of
+
+    node.workerinput[WORKER_ARGS] = invocation_of(node.config)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
     """xdist's controller: take over the baselines a worker recorded."""
     recordings = getattr(node, "workeroutput", {}).get(recording.WORKER_RECORDINGS)

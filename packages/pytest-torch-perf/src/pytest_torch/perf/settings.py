@@ -38,6 +38,7 @@ class PerfSettings:
         threads: int,
         busy_max_time: float = 3.0,
         min_undisturbed: int = 5,
+        fresh_processes: int = 10,
     ) -> None:
         self.update = update
         self.strict = strict
@@ -46,6 +47,8 @@ class PerfSettings:
         #: the sampling cap of a busy measurement, and the undisturbed samples it needs
         self.busy_max_time = busy_max_time
         self.min_undisturbed = min_undisturbed
+        #: how many fresh processes may measure a short call's modest regression again
+        self.fresh_processes = fresh_processes
         self.slack_ms = slack_ms
         #: torch's intra-op threads while measuring (--torch-perf-threads)
         self.threads = threads
@@ -122,6 +125,13 @@ def read_settings(config: pytest.Config) -> PerfSettings:
             "--torch-perf-min-undisturbed",
             minimum=1,
             example=5,
+        ),
+        fresh_processes=int_option(
+            config,
+            "torch_perf_fresh_processes",
+            "--torch-perf-fresh-processes",
+            minimum=0,
+            example=10,
         ),
     )
     if xdist_worker(config) is None:

@@ -215,17 +215,53 @@ SHORT_CALL_MS = 0.1
 LAYOUT_LOTTERY = 1.7
 
 
-def layout_note(baseline_ms: float, ratio: float) -> str:
+def in_layout_reach(baseline_ms: float, ratio: float) -> bool:
+    """A regression a process's address layout alone can explain: a short call, a
+    modest ratio."""
+    return baseline_ms < SHORT_CALL_MS and ratio < LAYOUT_LOTTERY
+
+
+def layout_note(baseline_ms: float, ratio: float, fresh: str = "") -> str:
     """For a modest regression of a short call: the one cause no measurement inside a
-    process can see, and how to tell it from the code's (empty otherwise)."""
-    if baseline_ms >= SHORT_CALL_MS or ratio >= LAYOUT_LOTTERY:
+    process can see, and how to tell it from the code's (empty otherwise). ``fresh``:
+    why no fresh process measured it (see ``fresh_process``)."""
+    if not in_layout_reach(baseline_ms, ratio):
         return ""
+    unchecked = f" It could not be measured again in a fresh process: {fresh}." if fresh else ""
     return (
         f"  note: a call this short can run up to {LAYOUT_LOTTERY}x slower in one process"
         " than in another by their address layouts alone (where the interpreter's and"
-        " torch's code and data land in memory), and no machine figure shows it; if a"
-        " re-run passes, that was it. More work per call (a batch, several steps) or a"
-        " wider latency_tolerance for this test keeps it out of reach."
+        f" torch's code and data land in memory), and no machine figure shows it.{unchecked}"
+        " If a re-run passes, that was it. More work per call (a batch, several steps) or"
+        " a wider latency_tolerance for this test keeps it out of reach."
+    )
+
+
+def fresh_confirmed(stat: str, figure_ms: float, ratio: float) -> str:
+    """The failure's line when a fresh process measured the regression too."""
+    return (
+        f"  confirmed in a fresh process (another address layout): {stat}"
+        f" {fmt_ms(figure_ms)} = {ratio:.2f}x"
+    )
+
+
+def fresh_disturbed(stat: str, fresh: LatencyResult) -> str:
+    """Why a fresh process's measurement over the limit confirms nothing: other
+    processes disturbed it enough to explain that."""
+    assert fresh.interference is not None  # only a monitor makes a measurement busy
+    return (
+        f"it measured {stat} {fmt_ms(fresh.stat(stat))}, but other processes disturbed"
+        f" it enough to explain that ({fresh.interference.evidence()})"
+    )
+
+
+def fresh_within(stat: str, here_ms: float, here_ratio: float, fresh_ms: float) -> str:
+    """The note of a short call over its limit in this process, within it in a fresh one."""
+    return (
+        f"over the limit in this process ({stat} {fmt_ms(here_ms)} = {here_ratio:.2f}x) and"
+        f" within it in a fresh one ({fmt_ms(fresh_ms)}): a call this short can run up to"
+        f" {LAYOUT_LOTTERY}x slower in one process than in another by their address"
+        " layouts alone, so the fresh process's figure counts"
     )
 
 
