@@ -13,7 +13,9 @@ beside ``-n 2``; four of them beside a serial run), the suite runs:
 
 Finally baselines are recorded beside two CPU hogs and compared with the idle
 recording of the same model. The table counts, per condition and slowdown, what was
-caught, passed and not judged, and how many rows say "(machine busy)".
+caught, passed and not judged, how many rows say "(machine busy)", and how many
+regressions of a short call a fresh process cleared or confirmed (the address-layout
+lottery: in the 1x runs, each one cleared is a false failure avoided).
 
     python benchmarks/perf_busy_machine.py [--reruns 30] [--slow-reruns 10]
 """
@@ -150,11 +152,16 @@ class Tally:
         self.busy_idle: list[str] = []
         self.false_failures: list[str] = []
         self.seconds: Counter[str] = Counter()
+        #: per (condition, case): regressions a fresh process cleared, and confirmed
+        self.fresh: dict[tuple[str, str], Counter[str]] = {}
 
     def add(self, condition: str, case: str, rows: list[tuple[str, str, str, str]]) -> None:
         counts = self.outcomes.setdefault((condition, case), Counter())
+        fresh = self.fresh.setdefault((condition, case), Counter())
         for name, outcome, verdict, message in rows:
             counts[outcome] += 1
+            fresh["cleared"] += "in a fresh process" in verdict
+            fresh["confirmed"] += "confirmed in a fresh process" in message
             self.rows[condition] += 1
             self.busy_rows[condition] += "(machine busy)" in verdict
             if condition == "idle" and "(machine busy)" in verdict:
@@ -171,6 +178,11 @@ class Tally:
         counts = self.outcomes.get((condition, case), Counter())
         total = sum(counts.values())
         parts = [f"{counts[k]} {k}" for k in ("failed", "passed", "not judged", "skipped")]
+        fresh = self.fresh.get((condition, case), Counter())
+        if fresh["cleared"] or fresh["confirmed"]:
+            parts.append(
+                f"fresh processes: {fresh['cleared']} cleared, {fresh['confirmed']} confirmed"
+            )
         return f"{condition:<13} {case:<16} {total:>4} runs: " + ", ".join(parts)
 
 
