@@ -130,7 +130,8 @@ def run(root: Path, *args: str, **env: str) -> list[tuple[str, str, str, str]]:
         )
         if outcome == "skipped" and "not judged" in verdict:
             outcome = "not judged"
-        message = (found[-1].get("message", "") or found[-1].text or "") if found else ""
+        # the message attribute can be shortened: the element's text has the whole report
+        message = f"{found[-1].get('message', '')}\n{found[-1].text or ''}" if found else ""
         rows.append((case.get("name", "?"), outcome, verdict, message))
     return rows
 

@@ -1,9 +1,9 @@
 """Measuring a test's calls again in a fresh process, before a short call's modest
 regression fails.
 
-A call shorter than 0.1 ms is mostly the interpreter's and torch's dispatch, which a
-process's address layout alone can slow up to 1.7x for the process's whole life
-(``settling.layout_note``): no figure inside the process shows it, and measuring again
+A short call is mostly the interpreter's and torch's dispatch, which a process's
+address layout alone can slow up to 1.8x for the process's whole life
+(``settling.SHORT_CALL_MS``): no figure inside the process shows it, and measuring again
 in the same process draws the same layout. Another process draws another one. So the
 test runs once more in ``python -m pytest <its file>::<its name>``, started like this
 run (the same options, plugins, ini file and working folder, less what would select

@@ -57,9 +57,9 @@ OPTIONS: tuple[tuple[str, str, str | None, str | None, str], ...] = (
         "torch_perf_fresh_processes",
         "10",
         "N",
-        "Before a call under 0.1 ms fails for being less than 1.7x its baseline, measure"
-        " it again in a fresh process (address layout alone can slow such a call that"
-        " much in one process); at most N per run and xdist worker, 0: never.",
+        "Before a call under 1 ms fails for being less than 2.5x its baseline, measure"
+        " it again in a fresh process (address layout alone can slow a short call up to"
+        " 1.8x in one process); at most N per run and xdist worker, 0: never.",
     ),
     (
         "--torch-benchmark",

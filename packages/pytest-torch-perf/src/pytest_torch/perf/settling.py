@@ -209,16 +209,23 @@ def host_factor(result: LatencyResult, baseline: Baseline) -> float:
     return min(ratio, MAX_CORE_FACTOR) if ratio > SLOWER_CORE else 1.0
 
 
-#: a call shorter than this (ms) is mostly the interpreter's and torch's dispatch...
-SHORT_CALL_MS = 0.1
-#: ... which a process's address layout alone can slow this much for its whole life
-LAYOUT_LOTTERY = 1.7
+#: A process's address layout alone slowed a 27 µs call up to 1.8x for the process's
+#: whole life, a 0.1 ms one up to 1.2x (benchmarks/perf_busy_machine.py, idle): the
+#: shorter the call, the more of it is the interpreter's and torch's dispatch. A
+#: regression of a call shorter than ``SHORT_CALL_MS`` by less than ``LAYOUT_REACH``
+#: is measured again in a fresh process before it fails; the margins are wide because
+#: a real regression costs only that process's start-up, and a fresh process within
+#: the limit shows the code that fast.
+SHORT_CALL_MS = 1.0
+LAYOUT_REACH = 2.5
+#: what the messages say a layout can do
+LAYOUT_SEEN = "up to 1.8x for a 27 µs call, 1.2x for a 0.1 ms one, on the machines measured"
 
 
 def in_layout_reach(baseline_ms: float, ratio: float) -> bool:
-    """A regression a process's address layout alone can explain: a short call, a
+    """A regression a process's address layout alone may explain: a short call, a
     modest ratio."""
-    return baseline_ms < SHORT_CALL_MS and ratio < LAYOUT_LOTTERY
+    return baseline_ms < SHORT_CALL_MS and ratio < LAYOUT_REACH
 
 
 def layout_note(baseline_ms: float, ratio: float, fresh: str = "") -> str:
@@ -229,9 +236,9 @@ def layout_note(baseline_ms: float, ratio: float, fresh: str = "") -> str:
         return ""
     unchecked = f" It could not be measured again in a fresh process: {fresh}." if fresh else ""
     return (
-        f"  note: a call this short can run up to {LAYOUT_LOTTERY}x slower in one process"
-        " than in another by their address layouts alone (where the interpreter's and"
-        f" torch's code and data land in memory), and no machine figure shows it.{unchecked}"
+        "  note: a short call can run slower in one process than in another by their"
+        " address layouts alone (where the interpreter's and torch's code and data land"
+        f" in memory; {LAYOUT_SEEN}), and no machine figure shows it.{unchecked}"
         " If a re-run passes, that was it. More work per call (a batch, several steps) or"
         " a wider latency_tolerance for this test keeps it out of reach."
     )
@@ -259,9 +266,9 @@ def fresh_within(stat: str, here_ms: float, here_ratio: float, fresh_ms: float) 
     """The note of a short call over its limit in this process, within it in a fresh one."""
     return (
         f"over the limit in this process ({stat} {fmt_ms(here_ms)} = {here_ratio:.2f}x) and"
-        f" within it in a fresh one ({fmt_ms(fresh_ms)}): a call this short can run up to"
-        f" {LAYOUT_LOTTERY}x slower in one process than in another by their address"
-        " layouts alone, so the fresh process's figure counts"
+        f" within it in a fresh one ({fmt_ms(fresh_ms)}): a short call can run slower in"
+        " one process than in another by their address layouts alone, so the fresh"
+        " process's figure counts"
     )
 
 
