@@ -102,3 +102,29 @@ def test_a_budget_for_one_device_type_measures_only_that_type(two_devices, run):
         ("cpu", "test_every_device[cuda]"),
         ("cuda:0", "test_every_device[cuda]"),
     }
+
+
+def test_a_conftest_that_overrides_torch_device_is_measured_on_the_device_it_gives(
+    two_devices, monkeypatch, run
+):
+    # a machine with two GPUs; the conftest hands every test the second one
+    monkeypatch.setattr(devices, "device_count", lambda t: 2 if t == "cuda" else 1)
+    two_devices.makeconftest(
+        """
+        import pytest
+        import torch
+
+        @pytest.fixture
+        def torch_device(request):
+            return torch.device("cuda", 1) if request.param == "cuda" else torch.device("cpu")
+        """
+    )
+    result = run("--torch-memory-report", "--torch-device=cuda", "-p", "no:randomly")
+    result.assert_outcomes(passed=3)
+    assert _measured(result) == {
+        ("cpu", "test_each_device[cuda]"),
+        ("cuda:1", "test_each_device[cuda]"),
+        ("cpu", "test_marked_cpu"),
+        ("cpu", "test_plain"),
+        ("cuda:0", "test_plain"),  # no device of its own: the type resolved as usual
+    }

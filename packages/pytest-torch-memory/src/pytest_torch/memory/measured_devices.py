@@ -5,7 +5,8 @@ The device types core selects for the test (``--torch-device``, narrowed by its
 parametrized by the ``torch_device`` fixture, and always ``cpu``: host memory matters
 for every test, and it is what CPU-only CI measures. Each type becomes a concrete
 device through the ``pytest_torch_resolve_device`` hook (``cuda:1`` on an xdist
-worker); a budget's ``device=`` narrows the list further.
+worker), except the test's own: the device its ``torch_device`` gave it, as perf times
+it; a budget's ``device=`` narrows the list further.
 """
 
 from __future__ import annotations
@@ -33,10 +34,18 @@ def device_types_to_measure(config: pytest.Config, item: pytest.Item) -> list[st
 
 
 def devices_to_measure(item: pytest.Item, budget: MemoryBudget | None) -> list[torch.device]:
-    """The concrete devices to measure, only those ``budget`` applies to when given."""
+    """The concrete devices to measure, only those ``budget`` applies to when given.
+
+    The test's own device is the one it was given (a conftest that overrides
+    ``torch_device`` to return ``cuda:1`` is measured on ``cuda:1``), not its type
+    resolved again; other types resolve as the fixture would."""
+    own = chosen_device(item)
     chosen = []
     for device_type in device_types_to_measure(item.config, item):
         if budget is not None and not budget.applies_to(device_type):
             continue
-        chosen.append(resolve_device(item.config, device_type))
+        if own is not None and own.type == device_type:
+            chosen.append(own)
+        else:
+            chosen.append(resolve_device(item.config, device_type))
     return chosen
