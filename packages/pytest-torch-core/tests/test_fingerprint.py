@@ -10,12 +10,11 @@ import sys
 import pytest
 import torch
 
+from pytest_torch.core.cpus import available_cores, cpu_model
 from pytest_torch.core.fingerprint import (
     AcceleratorGroup,
     HardwareFingerprint,
-    cpu_model,
     hardware_fingerprint,
-    logical_cpus,
 )
 
 H200 = AcceleratorGroup("cuda", "NVIDIA H200", 1, 139.8, "9.0")
@@ -59,7 +58,7 @@ def test_key_is_readable():
 def test_this_machine():
     fp = hardware_fingerprint()
     assert fp.cpu_model == cpu_model() != ""
-    assert fp.logical_cpus == logical_cpus() >= 1
+    assert fp.logical_cpus == available_cores() >= 1
     assert "torch" in fp.versions and "python" in fp.versions
     assert fp is hardware_fingerprint()  # computed once
     data = fp.to_dict()

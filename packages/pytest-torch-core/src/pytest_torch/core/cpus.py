@@ -1,12 +1,49 @@
-"""The CPU cores this process may use, and thread counts that overrun them.
+"""The host CPU: its model name, the cores this process may use, and thread counts
+that overrun them.
 
-Shared by the plugins that choose thread counts (xdist's shares per worker, perf's
-thread count for measurements). Nothing here imports torch.
+Shared by the hardware fingerprint and the device layer (the CPU's name), and by the
+plugins that choose thread counts (xdist's shares per worker, perf's thread count for
+measurements). Nothing here imports torch.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import platform
+import re
+
+
+def normalise_spaces(text: str) -> str:
+    """``text`` with each run of white space made one space, and trimmed."""
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's brand string, as py-cpuinfo reports it.
+
+    On Linux the brand is read straight from /proc/cpuinfo (where py-cpuinfo reads it
+    too), which avoids py-cpuinfo's second of start-up; elsewhere py-cpuinfo answers.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                name, _, value = line.partition(":")
+                if name.strip() == "model name" and value.strip():
+                    return normalise_spaces(value)
+    except OSError:
+        pass
+    try:
+        import cpuinfo
+
+        info = cpuinfo.get_cpu_info()
+        brand = info.get("brand_raw") or info.get("brand") or ""
+    except Exception:
+        brand = ""
+    return (
+        normalise_spaces(str(brand)) or normalise_spaces(platform.processor()) or platform.machine()
+    )
 
 
 def available_cores() -> int:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from pytest_torch.core.cpus import cpu_model
+
 if TYPE_CHECKING:
     import torch
 
@@ -279,8 +281,6 @@ def device_name(device: torch.device | str) -> str:
     """A readable hardware name: the CPU model, or the accelerator's product name."""
     dev = as_device(device)
     if dev.type == "cpu":
-        from pytest_torch.core.fingerprint import cpu_model
-
         return cpu_model()
     module = backend_module(dev.type)
     get_name = getattr(module, "get_device_name", None)

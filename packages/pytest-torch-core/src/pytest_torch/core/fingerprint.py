@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import platform
-import re
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_torch.core import devices
+from pytest_torch.core.cpus import available_cores, cpu_model, normalise_spaces
 
 
 @dataclass(frozen=True)
@@ -74,42 +73,6 @@ class HardwareFingerprint:
         return data
 
 
-def _normalise(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
-
-
-@functools.cache
-def cpu_model() -> str:
-    """The CPU's brand string, as py-cpuinfo reports it.
-
-    On Linux the brand is read straight from /proc/cpuinfo (where py-cpuinfo reads it
-    too), which avoids py-cpuinfo's second of start-up; elsewhere py-cpuinfo answers.
-    """
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                name, _, value = line.partition(":")
-                if name.strip() == "model name" and value.strip():
-                    return _normalise(value)
-    except OSError:
-        pass
-    try:
-        import cpuinfo
-
-        info = cpuinfo.get_cpu_info()
-        brand = info.get("brand_raw") or info.get("brand") or ""
-    except Exception:
-        brand = ""
-    return _normalise(str(brand)) or _normalise(platform.processor()) or platform.machine()
-
-
-def logical_cpus() -> int:
-    """Logical CPUs this process may run on (its affinity mask where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def _accelerator_groups() -> tuple[AcceleratorGroup, ...]:
     groups: list[AcceleratorGroup] = []
     for kind in devices.accelerator_types():
@@ -124,7 +87,7 @@ def _accelerator_groups() -> tuple[AcceleratorGroup, ...]:
             signature = (devices.device_name(device), gib, devices.compute_capability(device))
             per_device[signature] = per_device.get(signature, 0) + 1
         for (name, gib, cap), n in sorted(per_device.items(), key=lambda kv: str(kv[0])):
-            groups.append(AcceleratorGroup(kind, _normalise(name), n, gib, cap))
+            groups.append(AcceleratorGroup(kind, normalise_spaces(name), n, gib, cap))
     return tuple(groups)
 
 
@@ -148,7 +111,7 @@ def hardware_fingerprint() -> HardwareFingerprint:
     """This machine's fingerprint (computed once per process)."""
     return HardwareFingerprint(
         cpu_model=cpu_model(),
-        logical_cpus=logical_cpus(),
+        logical_cpus=available_cores(),
         accelerators=_accelerator_groups(),
         versions=_versions(),
     )
