@@ -157,14 +157,44 @@ def test_tolerance_allows_steady_growth_up_to_it():
     assert "bytes allocated on cpu" in message and "live tensors after each run" not in message
 
 
-def test_the_body_runs_warm_up_plus_iterations_and_errors_propagate():
+def test_a_body_that_does_not_leak_runs_twice_and_one_that_leaks_every_time():
     calls = []
     assert check_for_leaks(lambda: calls.append(1), LeakCheck(3)) is None
-    assert len(calls) == 4
+    assert len(calls) == 2  # the warm-up, and one run that left nothing more behind
+
+    calls.clear()
+    kept = []
+
+    def leaking():
+        calls.append(1)
+        kept.append(torch.zeros(4))
+
+    message = check_for_leaks(leaking, LeakCheck(3))
+    assert len(calls) == 1 + 3 + 1  # warm-up, the 3 runs, and the traced run
+    # the holder is found among the body's captured variables (cells compare by their
+    # contents: the list of ints beside it must not be compared with the tensors)
+    assert message is not None and "held by list `kept` captured by function" in message
+
+
+def test_growth_that_stops_ends_the_check_at_the_first_run_without_growth():
+    calls, kept = [], []
+
+    def grows_twice():  # say, a cache that fills up after three calls
+        calls.append(1)
+        if len(calls) <= 3:
+            kept.append(torch.zeros(4))
+
+    assert check_for_leaks(grows_twice, LeakCheck(5)) is None
+    assert len(calls) == 4  # runs 1 and 2 grew, run 3 did not: no later run can make a leak
+
+
+def test_errors_from_the_body_propagate():
+    calls, kept = [], []
 
     def failing():
         calls.append(1)
-        if len(calls) > 6:
+        kept.append(torch.zeros(1))  # it grows, so the runs go on
+        if len(calls) > 2:
             raise RuntimeError("third run")
 
     with pytest.raises(RuntimeError, match="third run"):
@@ -363,14 +393,15 @@ def test_every_run_starts_from_the_random_state_of_the_first():
 
     drawn = []
 
-    def step():
-        drawn.append((torch.rand(()).item(), random.random()))
+    def step():  # keeps what it draws, so it leaks and every run is made
+        drawn.append((torch.rand(()).item(), random.random(), torch.zeros(1)))
 
     torch.manual_seed(3)
     random.seed(3)
-    assert check_for_leaks(step, LeakCheck(iterations=3)) is None
+    assert check_for_leaks(step, LeakCheck(iterations=3)) is not None
     after_check = (torch.rand(()).item(), random.random())
-    assert len(drawn) == 4 and len(set(drawn)) == 1
+    drawn = [values[:2] for values in drawn]
+    assert len(drawn) == 5 and len(set(drawn)) == 1  # 1 + 3 runs and the traced one
     # the same draws as one run, and the generators left as one run leaves them
     torch.manual_seed(3)
     random.seed(3)

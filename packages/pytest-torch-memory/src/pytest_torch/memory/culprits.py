@@ -444,7 +444,8 @@ def _describe_cell(cell: types.CellType, ignored: set[int]) -> str | None:
         if isinstance(ref, tuple):
             for function in _referrers(ref, ignored | {id(ref)}):
                 if isinstance(function, types.FunctionType) and function.__closure__ is ref:
-                    index = ref.index(cell)
+                    # by identity: cells compare by their contents, and tensors' == is no bool
+                    index = next(i for i, c in enumerate(ref) if c is cell)
                     name = function.__code__.co_freevars[index]
                     return f"variable `{name}` captured by function `{function.__qualname__}`"
     return None

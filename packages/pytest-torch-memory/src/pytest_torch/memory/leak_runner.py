@@ -42,8 +42,9 @@ def raised_in_run(item: pytest.Item) -> str | None:
         else "--torch-leak-check runs every test's body"
     )
     lines = [
-        f"{how} {iterations + 1} times to watch its memory (once to warm up, then"
-        f" {iterations}), and one more, traced, when it leaks. Run {run} raised the error"
+        f"{how} up to {iterations + 1} times to watch its memory (once to warm up, then"
+        f" until a run leaves no more behind than the one before, at most {iterations}),"
+        f" and one more, traced, when it leaks. Run {run} raised the error"
         f" above; the {'first run' if run == 2 else f'first {run - 1} runs'} passed. A run"
         " without the check runs it once.",
         "Every run gets the same fixture values and starts from the same random state as"

@@ -4,8 +4,10 @@ One warm-up run absorbs one-time work (lazily created optimizer state, compiled 
 caches filled on first use). Then each of ``iterations`` runs is followed by a garbage
 collection and a :mod:`census <pytest_torch.memory.census>`. A leak is growth in *every*
 run, in live tensors or in bytes on some device, beyond the tolerance: one-off growth
-is not a leak. Only when a leak is proven does one more, traced run find the lines that
-create the accumulating tensors (:mod:`culprits`); passing checks pay for censuses only.
+is not a leak, and the first run that leaves no more behind ends the check (a body that
+does not leak runs twice, one that leaks 1 + ``iterations`` times). Only when a leak is
+proven does one more, traced run find the lines that create the accumulating tensors
+(:mod:`culprits`); passing checks pay for censuses only.
 """
 
 from __future__ import annotations
@@ -342,7 +344,9 @@ def check_for_leaks(
     accelerators: Sequence[torch.device] = (),
     root: str | None = None,
 ) -> str | None:
-    """Run ``run`` ``check.iterations + 1`` times; the failure message of a leak, or None.
+    """Run ``run`` up to ``check.iterations + 1`` times; the failure message of a leak,
+    or None. The runs stop at the first that leaves no more behind than the one before
+    (the verdict cannot be a leak after it): a body that does not leak runs twice.
 
     Every run starts from the random state the first one started from (Python's,
     NumPy's and torch's generators on every device): a body that draws random inputs
@@ -365,6 +369,10 @@ def check_for_leaks(
         for _ in range(check.iterations):
             again()
             censuses.append(take_census(accelerators))
+            if not judge(censuses, check).leaking:
+                # a leak is every run growing: once one has not, the runs left cannot
+                # make it one, so a body that does not leak runs twice, not 1 + iterations
+                break
         verdict = judge(censuses, check)
         if not verdict.leaking:
             return None
