@@ -158,3 +158,22 @@ def test_the_state_guard_lets_a_test_be_the_first_to_initialise_cuda():
     )
     guard._cuda_started(before, dirty)
     assert before["torch.cuda.current_device()"] == 0 != dirty["torch.cuda.current_device()"]
+
+
+def test_every_module_is_named_in_the_architecture_table():
+    """docs/architecture.md's package table names every module of every package, so a
+    newcomer finds where each thing lives (and a new module is placed in the doc)."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    rows = {
+        match.group(1): match.group(2)
+        for match in re.finditer(r"^\| `(pytest-torch-[a-z]+)` \| `[^`]+` \| (.*) \|$", doc, re.M)
+    }
+    missing = []
+    for folder in FOLDERS:
+        for source in sorted((folder / "src" / "pytest_torch").glob("*/*.py")):
+            if source.stem == "__init__":
+                continue
+            cell = rows.get(folder.name, "")
+            if not re.search(rf"`{source.stem}(\.[A-Za-z_]+)?`", cell):
+                missing.append(f"{folder.name}: {source.stem}")
+    assert not missing, f"docs/architecture.md's table does not name: {', '.join(missing)}"

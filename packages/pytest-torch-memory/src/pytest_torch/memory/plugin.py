@@ -210,7 +210,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(line)
 
 
-@pytest.hookimpl(optionalhook=True)
 def pytest_torch_report_tables(config: pytest.Config) -> list[ReportTable] | None:
     """The peak table, for the reports other plugins write (the ``--torch-memory-top``
     highest per device; ten when the terminal shows none)."""

@@ -188,7 +188,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(line)
 
 
-@pytest.hookimpl(optionalhook=True)
 def pytest_torch_runs_once(
     config: pytest.Config, nodeid: str, fixturenames: Sequence[str]
 ) -> str | None:
@@ -199,7 +198,6 @@ def pytest_torch_runs_once(
     return None
 
 
-@pytest.hookimpl(optionalhook=True)
 def pytest_torch_report_tables(config: pytest.Config) -> list[ReportTable] | None:
     """The perf and benchmark tables, for the reports other plugins write."""
     settings = config.stash.get(settings_key, None)

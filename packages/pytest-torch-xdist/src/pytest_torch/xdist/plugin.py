@@ -179,7 +179,6 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return workers.header_lines(settings, available_cores())
 
 
-@pytest.hookimpl(optionalhook=True)
 def pytest_torch_resolve_device(config: pytest.Config, device_type: str) -> str | None:
     settings = config.stash.get(settings_key, None)
     if settings is None or settings.device is None:
