@@ -18,11 +18,15 @@ all). The runs:
 Each test's outcome is compared with the plain run's. A difference is classified:
 ``new failure`` (passed plain, fails here), ``new pass``, ``newly skipped``, ``outcome
 changed`` (any other), ``missing``/``extra`` (collected in one run only). With
-``--recheck``, the plain run is repeated twice more, and a difference whose test also
-changes outcome between plain runs is ``flaky plain``. The
-table gives per mode the tests, the differences by class, wall and CPU seconds and
-their ratios to plain. The messages of new failures follow it, each with the report
-section in which the family explains it, or NOT EXPLAINED.
+``--recheck``, the plain run is repeated twice more, then each differing test runs alone
+(its node id), plain and under the mode, up to ``--alone`` times each (default 10; a
+plain run stops at the first outcome the mode gave): a difference whose test changes
+outcome between plain runs, or gives the mode's outcome in a plain run of its own, is
+``flaky plain`` — a test drawing unseeded random numbers fails by chance, and torch seeds
+every process differently. The table gives per mode the tests, the differences by
+class, wall and CPU seconds and their ratios to plain. The messages of new failures
+follow it, each with the report section in which the family explains it, or NOT
+EXPLAINED.
 """
 
 from __future__ import annotations
@@ -91,9 +95,10 @@ def outcomes_of(junit: Path) -> tuple[dict[str, str], dict[str, str]]:
     return outcomes, messages
 
 
-def run(python: str, suite: Path, tests: list[str], mode: str, scratch: Path) -> Run:
+def run(python: str, suite: Path, tests: list[str], mode: str, scratch: Path,
+        tag: str = "") -> Run:  # fmt: skip
     arguments, environment, _ = MODES[mode]
-    junit = scratch / f"{mode.replace(' ', '_')}.xml"
+    junit = scratch / f"{mode.replace(' ', '_')}{tag}.xml"
     artifacts = scratch / f"artifacts-{mode.replace(' ', '_')}"
     arguments = [a.format(artifacts=artifacts) for a in arguments]
     env = {**os.environ, **environment}
@@ -131,13 +136,76 @@ def classify(reference: str | None, outcome: str | None) -> str | None:
 
 
 def flaky_in_plain(python: str, suite: Path, tests: list[str], scratch: Path,
-                   first: Run) -> set[str]:  # fmt: skip
-    """The tests whose outcome changes between the first plain run and two more."""
-    seen = {test: {outcome} for test, outcome in first.outcomes.items()}
+                   first: Run) -> dict[str, str]:  # fmt: skip
+    """The tests whose outcome changes between the first plain run and two more, each
+    with what the three runs gave."""
+    seen = {test: [outcome] for test, outcome in first.outcomes.items()}
     for _ in range(2):
         for test, outcome in run(python, suite, tests, "plain", scratch).outcomes.items():
-            seen.setdefault(test, set()).add(outcome)
-    return {test for test, outcomes in seen.items() if len(outcomes) > 1}
+            seen.setdefault(test, []).append(outcome)
+    return {
+        test: f"3 whole plain runs: {', '.join(outcomes)}"
+        for test, outcomes in seen.items()
+        if len(set(outcomes)) > 1
+    }
+
+
+def node_id(suite: Path, test: str) -> str | None:
+    """The node id of a JUnit ``classname::name``: the longest dotted prefix of the class
+    name that is a file under the suite (or a folder above it) is the module."""
+    classname, _, name = test.partition("::")
+    parts = classname.split(".")
+    for root in (suite, *suite.parents):
+        for i in range(len(parts), 0, -1):
+            path = root / ("/".join(parts[:i]) + ".py")
+            if path.is_file():
+                return "::".join([os.path.relpath(path, suite), *parts[i:], name])
+    return None
+
+
+def alone(python: str, suite: Path, node: str, mode: str, scratch: Path, times: int,
+          stop_at: str | None = None) -> Counter[str]:  # fmt: skip
+    """The outcomes of ``times`` runs of one test by itself, each in its own process."""
+    seen: Counter[str] = Counter()
+    for _ in range(times):
+        outcomes = run(python, suite, [node], mode, scratch, tag="-alone").outcomes
+        seen[next(iter(outcomes.values()), "not collected")] += 1
+        if stop_at is not None and seen[stop_at]:
+            break
+    return seen
+
+
+def recheck_alone(python: str, suite: Path, scratch: Path, times: int, runs: dict[str, Run],
+                  differences: dict[str, list[tuple[str, str]]],
+                  flaky: dict[str, str]) -> dict[tuple[str, str], str]:  # fmt: skip
+    """Each difference's test run alone, plain and under its mode: what each gave, and
+    the test added to ``flaky`` when a plain run of its own gives the mode's outcome."""
+    said: dict[tuple[str, str], str] = {}
+    for mode, found in differences.items():
+        reference = MODES[mode][2]
+        for test, kind in found:
+            if test in flaky:
+                said[mode, test] = flaky[test]
+                continue
+            if kind in ("missing", "extra"):
+                continue
+            node = node_id(suite, test)
+            if node is None:
+                said[mode, test] = "no node id found for a run of its own"
+                continue
+            outcome = runs[mode].outcomes[test]
+            plain = alone(python, suite, node, reference, scratch, times, stop_at=outcome)
+            here = alone(python, suite, node, mode, scratch, times)
+            if plain[outcome]:
+                flaky[test] = f"a plain run of its own gave {outcome}"
+            said[mode, test] = f"alone, {reference}: {tally(plain)}; {mode}: {tally(here)}"
+            print(f"{mode}: {test}: {said[mode, test]}", flush=True)
+    return said
+
+
+def tally(outcomes: Counter[str]) -> str:
+    total = sum(outcomes.values())
+    return ", ".join(f"{n} {outcome}" for outcome, n in outcomes.most_common()) + f" of {total}"
 
 
 def main() -> int:
@@ -146,9 +214,16 @@ def main() -> int:
     parser.add_argument("tests", nargs="*", help="paths or node ids (default: all)")
     parser.add_argument("--python", required=True, help="the venv's python")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated runs")
-    parser.add_argument("--recheck", action="store_true",
-                        help="run the tests of each difference plain three more times")  # fmt: skip
+    parser.add_argument(
+        "--recheck", action="store_true", help="run plain twice more, and differing tests alone"
+    )
+    parser.add_argument(
+        "--alone", type=int, default=10, metavar="N", help="with --recheck: runs of each alone"
+    )
     options = parser.parse_args()
+    # the runs start in the suite: a relative path would be read from there; not resolved,
+    # a venv's python is a link that must stay one
+    options.python = os.path.abspath(options.python)
     modes = [m for m in MODES if m in options.modes.split(",")]
     for mode in list(modes):  # a mode needs its reference run
         reference = MODES[mode][2]
@@ -169,17 +244,20 @@ def main() -> int:
             kind = classify(base.outcomes.get(test), here.outcomes.get(test))
             if kind is not None:
                 differences.setdefault(mode, []).append((test, kind))
-    flaky: set[str] = set()
+    flaky: dict[str, str] = {}
+    said: dict[tuple[str, str], str] = {}
     if options.recheck and differences and "plain" in runs:
-        flaky = flaky_in_plain(options.python, options.suite.resolve(), options.tests, scratch,
-                               runs["plain"])  # fmt: skip
-    report(modes, runs, differences, flaky)
+        suite = options.suite.resolve()
+        flaky = flaky_in_plain(options.python, suite, options.tests, scratch, runs["plain"])
+        said = recheck_alone(options.python, suite, scratch, options.alone, runs, differences,
+                             flaky)  # fmt: skip
+    report(modes, runs, differences, flaky, said)
     print(f"JUnit XML and artifacts in {scratch}")
     return 0
 
 
 def report(modes: list[str], runs: dict[str, Run], differences: dict[str, list[tuple[str, str]]],
-           flaky: set[str]) -> None:  # fmt: skip
+           flaky: dict[str, str], said: dict[tuple[str, str], str]) -> None:  # fmt: skip
     header = (f"{'run':<14} {'tests':>6} {'same':>6}  {'differences':<40} {'wall s':>7} {'x':>5}"
               f" {'cpu s':>7} {'x':>5}")  # fmt: skip
     print("\n" + header + "\n" + "-" * len(header))
@@ -197,11 +275,14 @@ def report(modes: list[str], runs: dict[str, Run], differences: dict[str, list[t
               f" {here.cpu:>7.1f} {cpu}")  # fmt: skip
     for mode, found in differences.items():
         for test, kind in found:
-            if kind == "new failure" and test not in flaky:
+            if test in flaky:
+                print(f"\n{mode}: {test}: {kind}, flaky plain ({said.get((mode, test), '')})")
+            elif kind == "new failure":
                 text = runs[mode].messages.get(test, "")
                 sections = [name for name in SECTIONS if f" {name} " in text]
-                said = f"explained in {', '.join(sections)}" if sections else "NOT EXPLAINED"
-                print(f"\n{mode}: {test}: new failure ({said})\n  "
+                why = f"explained in {', '.join(sections)}" if sections else "NOT EXPLAINED"
+                alone_said = f"; {said[mode, test]}" if (mode, test) in said else ""
+                print(f"\n{mode}: {test}: new failure ({why}{alone_said})\n  "
                       + "\n  ".join(text.splitlines()[:3]))  # fmt: skip
 
 
