@@ -407,3 +407,18 @@ def test_every_run_starts_from_the_random_state_of_the_first():
     random.seed(3)
     assert (torch.rand(()).item(), random.random()) == drawn[0]
     assert (torch.rand(()).item(), random.random()) == after_check
+
+
+_views: list[torch.Tensor] = []
+
+
+def test_a_kept_view_leads_to_the_container_that_keeps_it_and_its_base():
+    def step():  # a library that returns output.view(...), and a test that keeps it
+        output = torch.zeros(2, 4) + 1
+        _views.append(output.view(2, 4))
+
+    message = check_for_leaks(step, LeakCheck(3))
+    _views.clear()
+    assert message is not None
+    assert "2 per run: shape [2, 4]" in message  # the view and its base
+    assert "held by list `_views` in module" in message

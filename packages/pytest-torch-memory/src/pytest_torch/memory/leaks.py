@@ -304,6 +304,13 @@ def report(
     return "\n".join(lines)
 
 
+def _is_view(tensor: Any) -> bool:
+    try:
+        return tensor._base is not None
+    except Exception:  # a tensor kind that cannot say
+        return False
+
+
 def _evidence(
     found: Sequence[Culprit], nodes: Sequence[NodeCulprit], sites: Any, root: str | None
 ) -> tuple[dict[GroupKey, Evidence], list[Any], list[Any]]:
@@ -319,16 +326,22 @@ def _evidence(
         if node_name(graph_node) in wanted_nodes:
             node_examples.setdefault(node_name(graph_node), graph_node)
     del graph_nodes
+    rank: dict[GroupKey, tuple[bool, bool]] = {}
     for tensor in tensors:
         key = group_key(tensor)
         if key not in wanted or key is None:
             continue
         site = sites.site_of(tensor) if sites is not None else None
-        if site is not None and key not in found_sites:
+        # a view first: it holds its base from C++, where no referrer search sees it, so
+        # only the view leads to the list that keeps both (kornia's filters return
+        # ``output.view(...)``); then one whose creation line is known
+        here = (_is_view(tensor), site is not None)
+        if key not in examples or here > rank[key]:
+            examples[key], rank[key] = tensor, here
+            if site is not None:
+                found_sites[key] = site.describe(root)
+        elif site is not None and key not in found_sites:
             found_sites[key] = site.describe(root)
-            examples[key] = tensor
-        elif key not in examples:
-            examples[key] = tensor
     del tensors
     evidence = {key: Evidence(found_sites.get(key), None) for key in wanted}
     return (
