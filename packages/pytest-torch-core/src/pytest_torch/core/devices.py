@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytest_torch.core.cpus import cpu_model
+from pytest_torch.core.units import MIB
 
 if TYPE_CHECKING:
     import torch
@@ -330,11 +331,11 @@ class MemoryStats(NamedTuple):
 
     @property
     def allocated_mb(self) -> float:
-        return self.allocated / 2**20
+        return self.allocated / MIB
 
     @property
     def peak_mb(self) -> float | None:
-        return None if self.peak is None else self.peak / 2**20
+        return None if self.peak is None else self.peak / MIB
 
 
 def _memory_function(device_type: str, name: str) -> Any:

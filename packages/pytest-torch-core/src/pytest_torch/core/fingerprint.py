@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_torch.core import devices
 from pytest_torch.core.cpus import available_cores, cpu_model, normalise_spaces
+from pytest_torch.core.units import GIB
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def _accelerator_groups() -> tuple[AcceleratorGroup, ...]:
         for index in range(count):
             device = f"{kind}:{index}" if kind != "mps" else "mps"
             memory = devices.total_memory(device)
-            gib = round(memory / 2**30, 1) if memory else None
+            gib = round(memory / GIB, 1) if memory else None
             signature = (devices.device_name(device), gib, devices.compute_capability(device))
             per_device[signature] = per_device.get(signature, 0) + 1
         for (name, gib, cap), n in sorted(per_device.items(), key=lambda kv: str(kv[0])):

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
+from pytest_torch.core.units import GIB, KIB, MIB
 from pytest_torch.memory.marker_specs import LEAK
 
 MARKER = LEAK.name
@@ -37,7 +38,7 @@ class ArgumentTypeError(TypeError, ValueError):
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9}
-_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30})
+_UNITS.update({"kib": KIB, "mib": MIB, "gib": GIB})
 
 
 def parse_bytes(value: object, where: str) -> int:

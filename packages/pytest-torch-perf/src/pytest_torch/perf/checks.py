@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from pytest_torch.core.units import MIB
 from pytest_torch.perf.baselines import Baseline
 from pytest_torch.perf.marker_specs import LATENCY
 from pytest_torch.perf.records import PerfRecord
@@ -295,7 +296,7 @@ def record_outcome(
 
 
 def _peak_mb(memory: Mapping[str, int]) -> float | None:
-    return max(memory.values()) / 2**20 if memory else None
+    return max(memory.values()) / MIB if memory else None
 
 
 def missing_outcome(label: str, machine: str, strict: bool) -> Outcome:
@@ -319,8 +320,8 @@ def _memory_failures(
         verdict = judge(peak, before, memory_tolerance, MEMORY_SLACK_BYTES)
         if verdict.regressed:
             failures.append(
-                f"  peak memory on {device}: {peak / 2**20:.1f} MiB vs baseline"
-                f" {before / 2**20:.1f} MiB ({100 * verdict.change:+.1f} %;"
+                f"  peak memory on {device}: {peak / MIB:.1f} MiB vs baseline"
+                f" {before / MIB:.1f} MiB ({100 * verdict.change:+.1f} %;"
                 f" {memory_limit_text(verdict, memory_tolerance)})"
             )
     return failures

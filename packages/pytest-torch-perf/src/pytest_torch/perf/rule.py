@@ -13,13 +13,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pytest_torch.core.units import MIB
+
 #: How much slower than its baseline a latency may be before it is a regression
 #: (``perf_baseline``'s and ``@benchmark_suite``'s ``latency_tolerance``).
 DEFAULT_LATENCY_TOLERANCE = 0.3
 #: How much larger than its baseline a peak memory may be (``memory_tolerance``).
 DEFAULT_MEMORY_TOLERANCE = 0.1
 #: Peak-memory growth below this is never a regression (allocator rounding).
-MEMORY_SLACK_BYTES = 1 << 20
+MEMORY_SLACK_BYTES = MIB
 
 #: What a tolerance means, for the messages that reject one: "(0.3 allows 30 % more
 #: than the baseline)".
@@ -88,6 +90,6 @@ def latency_limit_text(verdict: Verdict, tolerance: float, slack_ms: float) -> s
 def memory_limit_text(verdict: Verdict, tolerance: float) -> str:
     """``limit 110.0 MiB = baseline x (1 + 0.1) + 1 MiB`` (slack: MEMORY_SLACK_BYTES)."""
     return (
-        f"limit {verdict.limit / 2**20:.1f} MiB = baseline x (1 + {tolerance:g})"
-        f" + {MEMORY_SLACK_BYTES / 2**20:g} MiB"
+        f"limit {verdict.limit / MIB:.1f} MiB = baseline x (1 + {tolerance:g})"
+        f" + {MEMORY_SLACK_BYTES / MIB:g} MiB"
     )

@@ -11,6 +11,7 @@ import math
 from typing import Any, NamedTuple
 
 from pytest_torch.core import devices
+from pytest_torch.core.units import GIB
 
 #: accelerator types a worker can be given, in order of preference
 GPU_TYPES = ("cuda", "xpu")
@@ -99,7 +100,7 @@ def parse_fraction(value: object, source: str) -> float | str:
 
 
 def _gib(size: float) -> str:
-    return f"{size / 2**30:.1f} GiB"
+    return f"{size / GIB:.1f} GiB"
 
 
 def auto_fraction(total_bytes: int | None, sharing: int, where: str = "the GPU") -> float:
