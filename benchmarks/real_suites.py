@@ -220,7 +220,7 @@ def main() -> int:
     parser.add_argument(
         "--alone", type=int, default=10, metavar="N", help="with --recheck: runs of each alone"
     )
-    options = parser.parse_args()
+    options = parser.parse_intermixed_args()  # tests may follow the options
     # the runs start in the suite: a relative path would be read from there; not resolved,
     # a venv's python is a link that must stay one
     options.python = os.path.abspath(options.python)
