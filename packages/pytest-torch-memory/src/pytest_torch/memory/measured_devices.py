@@ -24,10 +24,12 @@ if TYPE_CHECKING:
     from pytest_torch.memory.budgets import MemoryBudget
 
 
-def device_types_to_measure(config: pytest.Config, item: pytest.Item) -> list[str]:
-    """``cpu`` first, then the other device types selected for this test."""
+def device_types_to_measure(
+    config: pytest.Config, item: pytest.Item, own: torch.device | None
+) -> list[str]:
+    """``cpu`` first, then the other device types selected for this test (only ``own``'s,
+    the device its ``torch_device`` gave it, when it has one)."""
     selected = device_types_for(config, item)
-    own = chosen_device(item)  # the test's torch_device, if it uses one
     if own is not None:
         selected = [t for t in selected if t == own.type]
     return ["cpu", *(t for t in selected if t != "cpu")]
@@ -39,9 +41,9 @@ def devices_to_measure(item: pytest.Item, budget: MemoryBudget | None) -> list[t
     The test's own device is the one it was given (a conftest that overrides
     ``torch_device`` to return ``cuda:1`` is measured on ``cuda:1``), not its type
     resolved again; other types resolve as the fixture would."""
-    own = chosen_device(item)
+    own = chosen_device(item)  # the test's torch_device, if it uses one
     chosen = []
-    for device_type in device_types_to_measure(item.config, item):
+    for device_type in device_types_to_measure(item.config, item, own):
         if budget is not None and not budget.applies_to(device_type):
             continue
         if own is not None and own.type == device_type:
