@@ -208,6 +208,16 @@ def tally(outcomes: Counter[str]) -> str:
     return ", ".join(f"{n} {outcome}" for outcome, n in outcomes.most_common()) + f" of {total}"
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of runs, at least 1, not {text!r}")
+    return value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", type=Path, help="the suite's checkout: runs start there")
@@ -218,8 +228,9 @@ def main() -> int:
         "--recheck", action="store_true", help="run plain twice more, and differing tests alone"
     )
     parser.add_argument(
-        "--alone", type=int, default=10, metavar="N", help="with --recheck: runs of each alone"
-    )
+        "--alone", type=_at_least_one, default=10, metavar="N",
+        help="with --recheck: runs of each alone",
+    )  # fmt: skip
     options = parser.parse_intermixed_args()  # tests may follow the options
     # the runs start in the suite: a relative path would be read from there; not resolved,
     # a venv's python is a link that must stay one
