@@ -178,6 +178,99 @@ def _dense_cpu(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to("cpu")
 
 
+def _closeness(
+    a: torch.Tensor, e: torch.Tensor, rtol: float, atol: float, equal_nan: bool
+) -> tuple[torch.Tensor, torch.Tensor, bool, torch.Tensor, torch.Tensor]:
+    """Both tensors in a common working dtype, whether it is exact (integers, bools),
+    which elements are close and the absolute differences (real, for complex)."""
+    import torch
+
+    common = torch.promote_types(a.dtype, e.dtype)
+    exact = not (common.is_floating_point or common.is_complex)
+    if exact:
+        work = torch.float64 if (rtol or atol) else torch.int64
+    else:
+        work = torch.complex128 if common.is_complex else torch.float64
+    a_w, e_w = a.to(work), e.to(work)
+    if work is torch.int64:
+        close = a_w == e_w
+        diff = (a_w - e_w).abs().to(torch.float64)
+    else:
+        close = torch.isclose(a_w, e_w, rtol=rtol, atol=atol, equal_nan=equal_nan)
+        diff = (a_w - e_w).abs()
+        diff = diff.real if diff.is_complex() else diff
+    return a_w, e_w, exact, close, diff
+
+
+def _finite_lines(
+    a: torch.Tensor,
+    e: torch.Tensor,
+    diff: torch.Tensor,
+    rel: torch.Tensor,
+    finite_mismatch: torch.Tensor,
+    *,
+    rtol: float,
+    atol: float,
+    max_report: int,
+) -> tuple[list[str], float, tuple[int, ...]]:
+    """The greatest differences among finite mismatches, and the largest ones as a table;
+    with the greatest absolute difference and its index."""
+    import torch
+
+    shape = tuple(a.shape)
+    masked = torch.where(finite_mismatch, diff, torch.full_like(diff, -1.0)).reshape(-1)
+    k = min(max_report, int(finite_mismatch.sum()))
+    values, flat = torch.topk(masked, k)
+    max_abs = float(values[0])
+    max_index = _index(int(flat[0]), shape)
+    masked_rel = torch.where(finite_mismatch, rel, torch.full_like(rel, -1.0)).reshape(-1)
+    rel_flat = int(torch.argmax(masked_rel))
+    lines = [
+        f"  greatest absolute difference: {max_abs:.4g} at index {_fmt_index(max_index)}"
+        f" (allowed: atol {atol:.3g} + rtol {rtol:.3g} x |expected|)",
+        f"  greatest relative difference: {float(masked_rel[rel_flat]):.4g} at index"
+        f" {_fmt_index(_index(rel_flat, shape))}",
+    ]
+    finite_count = int(finite_mismatch.sum())
+    lines.append(f"  largest differences ({k} of {finite_count} finite mismatches):")
+    rows: list[tuple[str, ...]] = [("index", "actual", "expected", "abs diff", "rel diff")]
+    flat_a, flat_e, flat_rel = a.reshape(-1), e.reshape(-1), rel.reshape(-1)
+    for value, position in zip(values.tolist(), flat.tolist(), strict=True):
+        rows.append(
+            (
+                _fmt_index(_index(position, shape)),
+                _fmt_value(flat_a[position].item()),
+                _fmt_value(flat_e[position].item()),
+                f"{value:.4g}",
+                f"{float(flat_rel[position]):.4g}",
+            )
+        )
+    return lines + format_table(rows, indent="    "), max_abs, max_index
+
+
+def _nonfinite_lines(
+    a: torch.Tensor, e: torch.Tensor, nonfinite_mismatch: torch.Tensor, max_report: int
+) -> list[str]:
+    """The NaN/Inf disagreements, as a table."""
+    import torch
+
+    shape = tuple(a.shape)
+    nonfinite = int(nonfinite_mismatch.sum())
+    positions = torch.nonzero(nonfinite_mismatch.reshape(-1)).reshape(-1)[:max_report]
+    lines = [f"  NaN/Inf disagreements ({nonfinite}):"]
+    nan_rows: list[tuple[str, ...]] = [("index", "actual", "expected")]
+    flat_a, flat_e = a.reshape(-1), e.reshape(-1)
+    for position in positions.tolist():
+        nan_rows.append(
+            (
+                _fmt_index(_index(position, shape)),
+                _fmt_value(flat_a[position].item()),
+                _fmt_value(flat_e[position].item()),
+            )
+        )
+    return lines + format_table(nan_rows, indent="    ")
+
+
 def _value_details(
     path: str,
     actual: torch.Tensor,
@@ -196,20 +289,7 @@ def _value_details(
         default_rtol, default_atol = default_tolerances(a.dtype, e.dtype)
         rtol = default_rtol if rtol is None else rtol
         atol = default_atol if atol is None else atol
-    common = torch.promote_types(a.dtype, e.dtype)
-    exact = not (common.is_floating_point or common.is_complex)
-    if exact:
-        work = torch.float64 if (rtol or atol) else torch.int64
-    else:
-        work = torch.complex128 if common.is_complex else torch.float64
-    a_w, e_w = a.to(work), e.to(work)
-    if work is torch.int64:
-        close = a_w == e_w
-        diff = (a_w - e_w).abs().to(torch.float64)
-    else:
-        close = torch.isclose(a_w, e_w, rtol=rtol, atol=atol, equal_nan=equal_nan)
-        diff = (a_w - e_w).abs()
-        diff = diff.real if diff.is_complex() else diff
+    a_w, e_w, exact, close, diff = _closeness(a, e, rtol, atol, equal_nan)
     mismatch = ~close
     count = int(mismatch.sum())
     if count == 0:
@@ -231,53 +311,15 @@ def _value_details(
         + f", device {actual.device}",
         f"  mismatched elements: {count} of {total} ({100.0 * count / max(total, 1):.3g}%)",
     ]
-    max_abs = max_index = None
+    max_abs: float | None = None
+    max_index: tuple[int, ...] | None = None
     if bool(finite_mismatch.any()):
-        masked = torch.where(finite_mismatch, diff, torch.full_like(diff, -1.0)).reshape(-1)
-        k = min(max_report, int(finite_mismatch.sum()))
-        values, flat = torch.topk(masked, k)
-        max_abs = float(values[0])
-        max_index = _index(int(flat[0]), shape)
-        masked_rel = torch.where(finite_mismatch, rel, torch.full_like(rel, -1.0)).reshape(-1)
-        rel_flat = int(torch.argmax(masked_rel))
-        lines.append(
-            f"  greatest absolute difference: {max_abs:.4g} at index {_fmt_index(max_index)}"
-            f" (allowed: atol {atol:.3g} + rtol {rtol:.3g} x |expected|)"
+        finite_lines, max_abs, max_index = _finite_lines(
+            a, e, diff, rel, finite_mismatch, rtol=rtol, atol=atol, max_report=max_report
         )
-        lines.append(
-            f"  greatest relative difference: {float(masked_rel[rel_flat]):.4g} at index"
-            f" {_fmt_index(_index(rel_flat, shape))}"
-        )
-        finite_count = int(finite_mismatch.sum())
-        lines.append(f"  largest differences ({k} of {finite_count} finite mismatches):")
-        rows: list[tuple[str, ...]] = [("index", "actual", "expected", "abs diff", "rel diff")]
-        flat_a, flat_e, flat_rel = a.reshape(-1), e.reshape(-1), rel.reshape(-1)
-        for value, position in zip(values.tolist(), flat.tolist(), strict=True):
-            rows.append(
-                (
-                    _fmt_index(_index(position, shape)),
-                    _fmt_value(flat_a[position].item()),
-                    _fmt_value(flat_e[position].item()),
-                    f"{value:.4g}",
-                    f"{float(flat_rel[position]):.4g}",
-                )
-            )
-        lines += format_table(rows, indent="    ")
-    nonfinite = int(nonfinite_mismatch.sum())
-    if nonfinite:
-        positions = torch.nonzero(nonfinite_mismatch.reshape(-1)).reshape(-1)[:max_report]
-        lines.append(f"  NaN/Inf disagreements ({nonfinite}):")
-        nan_rows: list[tuple[str, ...]] = [("index", "actual", "expected")]
-        flat_a, flat_e = a.reshape(-1), e.reshape(-1)
-        for position in positions.tolist():
-            nan_rows.append(
-                (
-                    _fmt_index(_index(position, shape)),
-                    _fmt_value(flat_a[position].item()),
-                    _fmt_value(flat_e[position].item()),
-                )
-            )
-        lines += format_table(nan_rows, indent="    ")
+        lines += finite_lines
+    if int(nonfinite_mismatch.sum()):
+        lines += _nonfinite_lines(a, e, nonfinite_mismatch, max_report)
         if not equal_nan and bool((torch.isnan(a_w) & torch.isnan(e_w)).any()):
             lines.append("  (NaN in both counts as a mismatch; pass equal_nan=True to accept it)")
     lines.append(f"  tolerances: rtol={rtol:.3g}, atol={atol:.3g}")
