@@ -34,57 +34,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_torch.determinism import cublas, flags
-from pytest_torch.determinism.outputs import (
-    CannotCompare,
-    Difference,
-    Leaves,
-    differences,
-    freeze,
-    has_nan,
+from pytest_torch.determinism.outputs import CannotCompare, differences, has_nan
+from pytest_torch.determinism.probes import first_divergence, pattern_name, random_sources
+from pytest_torch.determinism.trials import Subject, Trial
+from pytest_torch.determinism.verdicts import (
+    DETERMINISTIC,
+    INCONCLUSIVE,
+    INPUTS,
+    KERNEL,
+    OUTSIDE,
+    RANDOMNESS,
+    STATE,
+    UNINITIALISED,
+    cublas_verdict,
+    fixed_verdict,
+    inputs_verdict,
+    outside_verdict,
+    random_verdict,
+    state_verdict,
+    uninitialised_verdict,
+    unsupported_verdict,
 )
-from pytest_torch.determinism.probes import (
-    RandomSource,
-    TensorState,
-    first_divergence,
-    input_state,
-    module_of,
-    module_outputs,
-    pattern_name,
-    random_sources,
-    state_of,
-    uninitialised_filled,
-)
-
-DETERMINISTIC = "Deterministic"
-RANDOMNESS = "Randomness-driven"
-KERNEL = "Kernel-level"
-UNINITIALISED = "Uninitialised memory"
-STATE = "State mutation"
-INPUTS = "Changes its inputs"
-OUTSIDE = "Outside torch"
-INCONCLUSIVE = "Inconclusive"
-#: the seed every generator gets before each run of the reseeded experiments
-SEED = 0
-
-
-@dataclass
-class Trial:
-    """One experiment: the setting, and what the runs did under it."""
-
-    name: str
-    runs: int
-    #: "identical", "varies", or "raised" (an op or cuBLAS refused deterministic mode; in
-    #: the uninitialised-memory probe, any error)
-    outcome: str
-    #: the largest difference of each later run from the first (0.0: bitwise identical)
-    max_differences: list[float] = field(default_factory=list)
-    first_difference: Difference | None = None
-    error: str | None = None
-    outputs: list[Leaves] = field(default_factory=list, repr=False)
-    #: whether the runs had deterministic algorithms on
-    deterministic_algorithms: bool = False
-    #: whether the error was torch refusing cuBLAS (CUBLAS_WORKSPACE_CONFIG)
-    cublas_refused: bool = False
 
 
 @dataclass
@@ -128,128 +98,6 @@ def _fmt(value: float) -> str:
     return "NaN/Inf" if math.isinf(value) else ("0" if value == 0 else f"{value:.3g}")
 
 
-class _Subject:
-    """The thing under diagnosis and how to run it under each setting."""
-
-    def __init__(self, target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.target, self.inputs, self.kwargs = target, inputs, kwargs
-        self.module = module_of(target)
-        self.state: TensorState | None = state_of(self.module)
-        self.arguments = input_state(inputs, kwargs)
-        #: what the calls changed: the model's parameters and buffers, then inputs
-        self.changed: list[str] = []
-        self.changed_inputs: list[str] = []
-
-    def call(self) -> Any:
-        __tracebackhide__ = True
-        return self.target(*self.inputs, **self.kwargs)
-
-    def reset(self, inputs_only: bool = False) -> None:
-        if self.state is not None and not inputs_only:
-            self.state.restore()
-        self.arguments.restore()
-
-    def note_changes(self) -> None:
-        inputs = self.arguments.changed()
-        names = [*self.state.changed(), *inputs] if self.state is not None else inputs
-        self.changed += [name for name in names if name not in self.changed]
-        self.changed_inputs += [name for name in inputs if name not in self.changed_inputs]
-
-    @property
-    def changed_model_state(self) -> list[str]:
-        return [name for name in self.changed if name not in self.changed_inputs]
-
-    def trial(
-        self,
-        name: str,
-        runs: int,
-        *,
-        reset: bool,
-        reseed: bool,
-        inputs_only: bool = False,
-        switches: flags.Flags | None = None,
-        pattern: int | None = None,
-        probe: bool = False,
-    ) -> Trial:
-        """``runs`` calls under one setting; ``pattern``: fill memory from torch.empty with
-        that run pattern's byte; ``probe``: any error ends the trial as "raised" (the
-        bytes of the probe may send a buggy model down a path that fails);
-        ``inputs_only``: reset only the inputs, not the model's state."""
-        __tracebackhide__ = True
-        from pytest_torch.core import seeding
-
-        outputs: list[Leaves] = []
-        error = None
-        refused_cublas = False
-        deterministic = switches.deterministic if switches is not None else False
-        with flags.using(switches):
-            for run in range(1, runs + 1):
-                if reset:
-                    self.reset(inputs_only)
-                if reseed:
-                    seeding.seed_all(SEED)
-                try:
-                    with uninitialised_filled(pattern):
-                        result = self.call()
-                except Exception as exc:
-                    op = flags.op_without_deterministic_implementation(exc)
-                    if deterministic and op is not None:
-                        error = f"{op} has no deterministic implementation"
-                    elif deterministic and cublas.refused(exc):
-                        error = f"cuBLAS refused deterministic mode ({cublas.VARIABLE})"
-                        refused_cublas = True
-                    elif probe:
-                        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
-                    else:
-                        _add_note(
-                            exc,
-                            f"diagnose_nondeterminism: raised in run {run} of the experiment"
-                            f" {name!r} (the model's own error, passed on as it is)",
-                        )
-                        raise
-                    break
-                outputs.append(freeze(result))
-                if not reset:
-                    self.note_changes()
-        self.reset()
-        found = [differences(outputs[0], later) for later in outputs[1:]]
-        trial = Trial(
-            name,
-            runs,
-            "raised" if error else ("varies" if any(found) else "identical"),
-            [max((d.max_abs for d in diffs), default=0.0) for diffs in found],
-            next((diffs[0] for diffs in found if diffs), None),
-            error,
-            outputs,
-            deterministic,
-            refused_cublas,
-        )
-        return trial
-
-    def record(
-        self, switches: flags.Flags | None, pattern: int | None, fresh: bool
-    ) -> list[tuple[str, Leaves]]:
-        """Every submodule's output in one run (see :func:`probes.module_outputs`);
-        ``fresh``: with state restored and the RNG reseeded first."""
-        from pytest_torch.core import seeding
-
-        assert self.module is not None
-        if fresh:
-            self.reset()
-            seeding.seed_all(SEED)
-        with flags.using(switches), uninitialised_filled(pattern):
-            try:
-                return module_outputs(self.call, self.module)
-            except Exception:  # a setting the model refuses: no divergence then
-                return []
-
-
-def _add_note(error: BaseException, note: str) -> None:
-    add = getattr(error, "add_note", None)  # Python 3.11+
-    if add is not None:
-        add(note)
-
-
 def diagnose_nondeterminism(
     model_or_callable: Callable[..., Any], *inputs: Any, runs: int = 5, **kwargs: Any
 ) -> Diagnosis:
@@ -269,7 +117,7 @@ def diagnose_nondeterminism(
             f"diagnose_nondeterminism expects a torch.nn.Module or a callable, got"
             f" {type(model_or_callable).__name__}"
         )
-    subject = _Subject(model_or_callable, inputs, kwargs)
+    subject = Subject(model_or_callable, inputs, kwargs)
     # from the first run on: torch reads CUBLAS_WORKSPACE_CONFIG at the process's first
     # CUDA matrix product, which may be in the first run, not at the deterministic ones
     with flags.preserved(), cublas.deterministic_workspace():
@@ -281,7 +129,7 @@ def diagnose_nondeterminism(
             subject.reset()
 
 
-def _diagnose(subject: _Subject, runs: int) -> Diagnosis:
+def _diagnose(subject: Subject, runs: int) -> Diagnosis:
     __tracebackhide__ = True
     trials = [subject.trial("as called", runs, reset=False, reseed=False)]
     if trials[0].outcome == "identical":
@@ -293,13 +141,18 @@ def _diagnose(subject: _Subject, runs: int) -> Diagnosis:
             )
         )
         if trials[-1].outcome == "identical":
-            return _finish(subject, trials, INPUTS, _inputs_verdict(subject.changed_inputs))
+            return _finish(subject, trials, INPUTS, inputs_verdict(subject.changed_inputs))
     if subject.changed_model_state:
         trials.append(
             subject.trial("state restored before each run", runs, reset=True, reseed=False)
         )
         if trials[-1].outcome == "identical":
-            return _finish(subject, trials, STATE, _state_verdict(subject))
+            return _finish(
+                subject,
+                trials,
+                STATE,
+                state_verdict(subject.changed_model_state, subject.changed_inputs),
+            )
     reseeded = subject.trial("RNG reseeded before each run", runs, reset=True, reseed=True)
     trials.append(reseeded)
     if reseeded.outcome == "identical":
@@ -313,8 +166,8 @@ def _diagnose(subject: _Subject, runs: int) -> Diagnosis:
         # no random op of torch's ran: reseeding may have helped by chance (garbage
         # that happened to match), unless Python's or NumPy's generators were used
         if not seen and _reads_uninitialised(subject, trials, None):
-            return _finish(subject, trials, UNINITIALISED, _uninitialised_verdict(varies=True))
-        return _finish(subject, trials, RANDOMNESS, _random_verdict(seen), [s.name for s in seen])
+            return _finish(subject, trials, UNINITIALISED, uninitialised_verdict(varies=True))
+        return _finish(subject, trials, RANDOMNESS, random_verdict(seen), [s.name for s in seen])
     # deterministic mode also fills memory from torch.empty with NaN, which would make
     # runs that read it agree: the same bytes of our own in every run instead, then one
     # run with other bytes tells the two causes apart
@@ -331,19 +184,19 @@ def _diagnose(subject: _Subject, runs: int) -> Diagnosis:
     if fixed.outcome == "raised":
         assert fixed.error is not None
         if fixed.cublas_refused:
-            return _finish(subject, trials, INCONCLUSIVE, _cublas_verdict())
-        return _finish(subject, trials, KERNEL, _unsupported_verdict(fixed.error))
+            return _finish(subject, trials, INCONCLUSIVE, cublas_verdict())
+        return _finish(subject, trials, KERNEL, unsupported_verdict(fixed.error))
     if fixed.outcome == "varies":
-        return _finish(subject, trials, OUTSIDE, _outside_verdict())
+        return _finish(subject, trials, OUTSIDE, outside_verdict())
     if _reads_uninitialised(subject, trials, switches, first=fixed, reference=reseeded):
         return _finish(
-            subject, trials, UNINITIALISED, _uninitialised_verdict(varies=True), probe=switches
+            subject, trials, UNINITIALISED, uninitialised_verdict(varies=True), probe=switches
         )
-    return _finish(subject, trials, KERNEL, _fixed_verdict())
+    return _finish(subject, trials, KERNEL, fixed_verdict())
 
 
 def _reads_uninitialised(
-    subject: _Subject,
+    subject: Subject,
     trials: list[Trial],
     switches: flags.Flags | None,
     first: Trial | None = None,
@@ -374,7 +227,7 @@ def _reads_uninitialised(
     )
 
 
-def _probe(subject: _Subject, switches: flags.Flags | None, pattern: int) -> Trial:
+def _probe(subject: Subject, switches: flags.Flags | None, pattern: int) -> Trial:
     setting = "reseeded, deterministic algorithms," if switches is not None else "reseeded,"
     against = f" (vs {pattern_name(0)})" if pattern else ""
     return subject.trial(
@@ -388,10 +241,10 @@ def _probe(subject: _Subject, switches: flags.Flags | None, pattern: int) -> Tri
     )
 
 
-def _when_identical(subject: _Subject, trials: list[Trial]) -> Diagnosis:
+def _when_identical(subject: Subject, trials: list[Trial]) -> Diagnosis:
     # identical garbage is still garbage: the bytes in memory from torch.empty must not matter
     if _reads_uninitialised(subject, trials, None):
-        return _finish(subject, trials, UNINITIALISED, _uninitialised_verdict(varies=False))
+        return _finish(subject, trials, UNINITIALISED, uninitialised_verdict(varies=False))
     count = len(trials[0].outputs)
     verdict = f"{DETERMINISTIC}: {count} runs gave bitwise identical outputs."
     if subject.changed:
@@ -403,7 +256,7 @@ def _when_identical(subject: _Subject, trials: list[Trial]) -> Diagnosis:
 
 
 def _finish(
-    subject: _Subject,
+    subject: Subject,
     trials: list[Trial],
     category: str,
     verdict: str,
@@ -426,136 +279,3 @@ def _finish(
         subject.reset()
         divergence = first_divergence(recorded[0], recorded[1])
     return Diagnosis(category, verdict, divergence, trials, seen or [], list(subject.changed))
-
-
-def _inputs_verdict(changed: list[str]) -> str:
-    return (
-        f"{INPUTS}: the outputs change because the call writes into its own inputs in place"
-        f" ({', '.join(changed)}), so no two calls get the same inputs; with the original"
-        f" inputs restored before each run the outputs are identical. Compute out of place"
-        f" (x = x + y instead of x += y, x.add(y) instead of x.add_(y)), or pass a copy"
-        f" (x.clone()) when the caller needs its tensor unchanged."
-    )
-
-
-def _state_verdict(subject: _Subject) -> str:
-    changed = subject.changed_model_state
-    statistics = any("running_" in name or "num_batches_tracked" in name for name in changed)
-    advice = (
-        " Call model.eval() to use the running statistics (BatchNorm) without updating them,"
-        " or reset the state before each call."
-        if statistics
-        else " Reset that state before each call, or keep it out of the forward pass."
-    )
-    inputs = (
-        f" (The call also writes into its inputs, {', '.join(subject.changed_inputs)}; restoring"
-        f" only those was not enough.)"
-        if subject.changed_inputs
-        else ""
-    )
-    return (
-        f"{STATE}: the outputs change because the call changes the model's own state"
-        f" ({', '.join(changed)}); with that state restored before each run they are"
-        f" identical.{advice}{inputs}"
-    )
-
-
-def _random_verdict(seen: list[RandomSource]) -> str:
-    ops = (
-        f" Random ops seen: {', '.join(source.name for source in seen)}."
-        if seen
-        else " No random op of torch's ran: the randomness comes from Python's random or"
-        " NumPy (reseeded too)."
-    )
-    advice: list[str] = []
-    for source in seen:
-        where = f" in {source.where}" if source.where else ""
-        if source.dropout == "module":
-            line = (
-                " Seed before each call (the torch_seed fixture does), or call model.eval() to"
-                " turn dropout off."
-            )
-        elif source.dropout == "functional":
-            line = (
-                f" {source.call}{where} drops elements at random although that module is in"
-                f" eval mode: model.eval() does not affect a dropout function called with"
-                f" training=True; pass training=self.training."
-            )
-        elif source.dropout == "functional-train":
-            line = (
-                f" {source.call}{where} drops elements at random: model.eval() turns it off"
-                f" only if it is called with training=self.training (a literal training=True"
-                f" is not affected by eval())."
-            )
-        elif source.dropout == "function":
-            line = (
-                f" {source.call} drops elements at random: pass training=False to turn it off,"
-                f" or seed before each call (the torch_seed fixture does)."
-            )
-        else:
-            continue
-        if line not in advice:
-            advice.append(line)
-    others = [source for source in seen if source.dropout is None]
-    if others:
-        named = ", ".join(dict.fromkeys(source.name for source in others))
-        advice.append(
-            f" Seed before each call (the torch_seed fixture does), or draw from a seeded"
-            f" torch.Generator (generator=..., where the op takes one): {named}."
-        )
-    elif not seen:
-        advice.append(
-            " Seed before each call: the torch_seed fixture seeds Python's, NumPy's and"
-            " torch's generators."
-        )
-    return (
-        f"{RANDOMNESS}: the variance disappears when the RNG is reseeded before each run."
-        f"{ops}{''.join(advice)}"
-    )
-
-
-def _unsupported_verdict(error: str) -> str:
-    return (
-        f"{KERNEL}: the variance stays when the RNG is reseeded, and {error} (torch refused"
-        f" it with torch.use_deterministic_algorithms(True)), so --torch-deterministic"
-        f" cannot fix it. Replace that op with a deterministic equivalent, or compare the"
-        f" outputs with a tolerance (atol/rtol)."
-    )
-
-
-def _fixed_verdict() -> str:
-    return (
-        f"{KERNEL}: the variance stays when the RNG is reseeded and disappears with"
-        f" torch.use_deterministic_algorithms(True): run the test with --torch-deterministic"
-        f" (it applies to tests using torch_seed), or switch deterministic algorithms on"
-        f" yourself."
-    )
-
-
-def _uninitialised_verdict(varies: bool) -> str:
-    seen = "vary with what that memory held" if varies else "are identical only by luck"
-    return (
-        f"{UNINITIALISED}: the outputs read memory that was never written (torch.empty,"
-        f" new_empty, empty_like): they change when that memory holds other bytes (the"
-        f" diagnosis wrote {pattern_name(0)} into it in one run, {pattern_name(1)} in"
-        f" another) and otherwise {seen}. Deterministic mode would only hide this behind"
-        f" NaN fills: initialise the tensor (torch.zeros) or write every element before"
-        f" reading it."
-    )
-
-
-def _cublas_verdict() -> str:
-    return (
-        f"{INCONCLUSIVE}: the variance stays when the RNG is reseeded, and the experiment"
-        f" with deterministic algorithms could not run: {cublas.refusal_explained()}, then"
-        f" diagnose again to tell kernels from other causes."
-    )
-
-
-def _outside_verdict() -> str:
-    return (
-        f"{OUTSIDE}: the variance stays with the RNG reseeded and with deterministic"
-        f" algorithms on, so it comes from outside torch's kernels: Python-side state (a"
-        f" counter, a cache), an unseeded source such as os.urandom, the time, threads, or"
-        f" the order of the data. The first divergence says where it enters."
-    )
