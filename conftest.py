@@ -249,7 +249,7 @@ import time
 
 import pytest
 
-from pytest_torch.perf import contention, machine_probes
+from pytest_torch.perf.measure import contention, machine_probes
 
 BUSY = {busy}
 

@@ -38,7 +38,7 @@ WORKER = """
 import json, sys
 import torch
 from pytest_torch.perf import measure_latency
-from pytest_torch.perf.timing import LatencyResult, SamplingSettings
+from pytest_torch.perf.measure.timing import LatencyResult, SamplingSettings
 
 units = float(sys.argv[1])
 sizes = json.loads(sys.argv[2])

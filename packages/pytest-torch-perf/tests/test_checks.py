@@ -6,8 +6,8 @@ import pytest
 
 from pytest_torch.perf import checks
 from pytest_torch.perf.baselines import Baseline
-from pytest_torch.perf.contention import Interference
-from pytest_torch.perf.timing import LatencyResult
+from pytest_torch.perf.measure.contention import Interference
+from pytest_torch.perf.measure.timing import LatencyResult
 
 QUIET = Interference("run-queue wait", 0.0, 0, 40, others_cores=0.1, cores=2)
 #: a busy machine: this process waited 60 % of the time, 9 samples were undisturbed

@@ -54,8 +54,8 @@ import os
 import pytest
 
 from pytest_torch.perf import check_runner
-from pytest_torch.perf.contention import Interference
-from pytest_torch.perf.timing import LatencyResult
+from pytest_torch.perf.measure.contention import Interference
+from pytest_torch.perf.measure.timing import LatencyResult
 
 QUIET = Interference("run-queue wait", 0.0, 0, 40, others_cores=0.1, cores=2)
 

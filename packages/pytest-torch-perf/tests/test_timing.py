@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_torch.perf.timing import LatencyResult, SamplingSettings, fmt_ms, measure, percentile
+from pytest_torch.perf.measure.timing import (
+    LatencyResult,
+    SamplingSettings,
+    fmt_ms,
+    measure,
+    percentile,
+)
 
 
 class FakeTime:

@@ -38,12 +38,12 @@ if TYPE_CHECKING:
     from pytest_torch.memory.api import assert_max_memory, assert_no_memory_leak
     from pytest_torch.memory.budgets import MemoryBudgetError
     from pytest_torch.memory.leaks import MemoryLeakError
-    from pytest_torch.perf.calls import measure_latency
     from pytest_torch.perf.checks import PerfNotJudgedError, PerfRegressionError
     from pytest_torch.perf.compile_checks import GraphBreakError, assert_no_graph_breaks
+    from pytest_torch.perf.measure.calls import measure_latency
+    from pytest_torch.perf.measure.timing import LatencyResult
     from pytest_torch.perf.suites import benchmark_suite
     from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
-    from pytest_torch.perf.timing import LatencyResult
 
 _EXPORTS = FAMILY_EXPORTS
 

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 from pytest_torch.core.lazy import exports_of, lazy_exports
 
 if TYPE_CHECKING:
-    from pytest_torch.perf.calls import measure_latency
     from pytest_torch.perf.checks import PerfNotJudgedError, PerfRegressionError
     from pytest_torch.perf.compile_checks import GraphBreakError, assert_no_graph_breaks
+    from pytest_torch.perf.measure.calls import measure_latency
+    from pytest_torch.perf.measure.timing import LatencyResult
     from pytest_torch.perf.suites import benchmark_suite
     from pytest_torch.perf.syncs import assert_no_host_sync, find_host_syncs
-    from pytest_torch.perf.timing import LatencyResult
 
 _EXPORTS = exports_of("perf")
 

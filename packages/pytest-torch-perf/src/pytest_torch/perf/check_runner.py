@@ -22,10 +22,10 @@ if TYPE_CHECKING:
 
     from pytest_torch.perf.checks import Budget, Outcome
     from pytest_torch.perf.fresh_process import FreshProcesses
+    from pytest_torch.perf.measure.settling import Measured
+    from pytest_torch.perf.measure.timing import LatencyResult
     from pytest_torch.perf.records import PerfRecord
     from pytest_torch.perf.settings import PerfSettings
-    from pytest_torch.perf.settling import Measured
-    from pytest_torch.perf.timing import LatencyResult
 
 MARKER = LATENCY.name
 RERECORD = "pytest --torch-update-perf"
@@ -115,9 +115,9 @@ def call_device(
     """The device a check times and measures ``target(*inputs, **kwargs)`` on: the
     test's own device (core's ``chosen_device``: its ``torch_device``, resolved once per
     session), or the inputs' where the test chose none or the inputs all sit on another
-    device (the rule: ``calls.work_device``)."""
+    device (the rule: ``measure.calls.work_device``)."""
     from pytest_torch.core.chosen_device import chosen_device
-    from pytest_torch.perf.calls import work_device
+    from pytest_torch.perf.measure.calls import work_device
 
     return work_device(chosen_device(item), target, inputs, kwargs)
 
@@ -129,8 +129,8 @@ def latency_measurer(item: pytest.Item, settings: PerfSettings) -> Callable[...,
     def measure(target: Any, *inputs: Any, **kwargs: Any) -> LatencyResult:
         __tracebackhide__ = True
         from pytest_torch.perf import fresh_process
-        from pytest_torch.perf.calls import measure_latency
         from pytest_torch.perf.checks import check_budget
+        from pytest_torch.perf.measure.calls import measure_latency
 
         item.stash[calls_key] = item.stash.get(calls_key, 0) + 1
 
@@ -231,12 +231,12 @@ def fresh_process_outcome(
     measure: Callable[[], tuple[LatencyResult, dict[str, int]]],
 ) -> Outcome:
     """In a fresh process: measure (again while other processes disturb it, at most
-    ``settling.MAX_MEASUREMENTS`` times) and keep the measurement for the run that
-    asked for it; judge nothing."""
+    ``measure.settling.MAX_MEASUREMENTS`` times) and keep the measurement for the run
+    that asked for it; judge nothing."""
     from pytest_torch.perf.checks import REGRESSION_STAT, Outcome
     from pytest_torch.perf.fresh_process import write_measured
+    from pytest_torch.perf.measure.settling import MAX_MEASUREMENTS
     from pytest_torch.perf.records import PerfRecord
-    from pytest_torch.perf.settling import MAX_MEASUREMENTS
 
     taken = [measure()]
     while taken[-1][0].busy and len(taken) < MAX_MEASUREMENTS:
@@ -257,7 +257,7 @@ def measure_call(
 ) -> tuple[LatencyResult, dict[str, int]]:
     """One measurement of ``target(*inputs, **kwargs)`` on ``device`` with the session's
     settings: its latency, and what one call adds to memory at its peak."""
-    from pytest_torch.perf.calls import measure_latency, peak_memory
+    from pytest_torch.perf.measure.calls import measure_latency, peak_memory
 
     result = measure_latency(
         target,

@@ -3,8 +3,8 @@
 Everything here works on measurements handed in, so it can be tested with made-up
 numbers; ``check_runner`` and ``suite_runner`` do the measuring, the regression rule
 itself (tolerances, limit, "improved") is ``rule``, and how repeated measurements on a
-busy machine settle a verdict is ``settling``: a busy measurement fails only when no
-interference that was measured can explain how far it is over the limit.
+busy machine settle a verdict is ``measure.settling``: a busy measurement fails only
+when no interference that was measured can explain how far it is over the limit.
 """
 
 from __future__ import annotations
@@ -19,16 +19,7 @@ from typing import Any, TypeGuard
 from pytest_torch.core.units import MIB
 from pytest_torch.perf.baselines import Baseline
 from pytest_torch.perf.marker_specs import LATENCY
-from pytest_torch.perf.records import PerfRecord
-from pytest_torch.perf.rule import (
-    MEMORY_SLACK_BYTES,
-    Verdict,
-    improved,
-    judge,
-    latency_limit_text,
-    memory_limit_text,
-)
-from pytest_torch.perf.settling import (
+from pytest_torch.perf.measure.settling import (
     BUSY,
     NOT_JUDGED,
     NOT_JUDGED_HOST,
@@ -49,7 +40,16 @@ from pytest_torch.perf.settling import (
     settle,
     slower_host_advice,
 )
-from pytest_torch.perf.timing import STATISTICS, LatencyResult, fmt_ms
+from pytest_torch.perf.measure.timing import STATISTICS, LatencyResult, fmt_ms
+from pytest_torch.perf.records import PerfRecord
+from pytest_torch.perf.rule import (
+    MEMORY_SLACK_BYTES,
+    Verdict,
+    improved,
+    judge,
+    latency_limit_text,
+    memory_limit_text,
+)
 
 
 class PerfRegressionError(AssertionError):
@@ -360,8 +360,8 @@ def compare(
     """Compare new measurements with ``baseline`` on the statistic it recorded.
 
     ``elsewhere`` measures the call in a fresh process, or says why it could not: a
-    short call's modest regression (``settling.in_layout_reach``) is measured there
-    before it fails, and a fresh process within the limit decides (see
+    short call's modest regression (``measure.settling.in_layout_reach``) is measured
+    there before it fails, and a fresh process within the limit decides (see
     ``fresh_process``)."""
     stat = baseline.stat
     if baseline.threads != threads or stat not in STATISTICS:

@@ -3,12 +3,13 @@ regression fails.
 
 A short call is mostly the interpreter's and torch's dispatch, which a process's
 address layout alone can slow up to 1.8x for the process's whole life
-(``settling.SHORT_CALL_MS``): no figure inside the process shows it, and measuring again
-in the same process draws the same layout. Another process draws another one. So the
-test runs once more in ``python -m pytest <its file>::<its name>``, started like this
-run (the same options, plugins, ini file and working folder, less what would select
-other tests, distribute them or write this run's files); there its perf checks only
-measure, write what they measured into a file, and judge nothing.
+(``measure.settling.SHORT_CALL_MS``): no figure inside the process shows it, and
+measuring again in the same process draws the same layout. Another process draws
+another one. So the test runs once more in
+``python -m pytest <its file>::<its name>``, started like this run (the same options,
+plugins, ini file and working folder, less what would select other tests, distribute
+them or write this run's files); there its perf checks only measure, write what they
+measured into a file, and judge nothing.
 
 The child knows it is one by :data:`ENV` (the file to write). Each test runs in at most
 one fresh process per run, and a run starts at most ``--torch-perf-fresh-processes`` of
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pytest
 
-    from pytest_torch.perf.settling import Measured
+    from pytest_torch.perf.measure.settling import Measured
 
 #: set in the fresh process: the file its perf checks write their measurements into
 ENV = "PYTEST_TORCH_PERF_MEASURE_INTO"

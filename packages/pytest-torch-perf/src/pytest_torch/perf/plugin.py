@@ -21,8 +21,8 @@ from pytest_torch.perf.settings import PerfSettings, read_settings, settings_key
 if TYPE_CHECKING:
     from pytest_torch.core.tables import ReportTable
     from pytest_torch.perf.checks import Outcome
+    from pytest_torch.perf.measure.timing import LatencyResult
     from pytest_torch.perf.suites import Case
-    from pytest_torch.perf.timing import LatencyResult
 
 pytest_plugins = ["torch_core"]
 

@@ -60,7 +60,7 @@ def _share(fraction: float) -> str:
 def render_table(records: list[PerfRecord]) -> list[str]:
     """An aligned table with units, one row per record."""
     from pytest_torch.core.tables import format_table
-    from pytest_torch.perf.timing import fmt_ms
+    from pytest_torch.perf.measure.timing import fmt_ms
 
     header = ("test", "check", "statistic", "measured", "reference", "vs reference", "verdict")
     rows = [header]

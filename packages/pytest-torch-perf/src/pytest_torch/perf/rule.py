@@ -79,7 +79,7 @@ def improved(verdict: Verdict, tolerance: float) -> bool:
 
 def latency_limit_text(verdict: Verdict, tolerance: float, slack_ms: float) -> str:
     """``limit 1.4 ms = baseline x (1 + tolerance 0.3) + slack 0.1 ms``."""
-    from pytest_torch.perf.timing import fmt_ms
+    from pytest_torch.perf.measure.timing import fmt_ms
 
     return (
         f"limit {fmt_ms(verdict.limit)} = baseline x (1 + tolerance {tolerance:g})"

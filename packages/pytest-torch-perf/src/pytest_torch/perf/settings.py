@@ -19,9 +19,9 @@ from pytest_torch.core.session import xdist_worker
 if TYPE_CHECKING:
     from pytest_torch.perf.baselines import Baseline, BaselineFile
     from pytest_torch.perf.compile_checks import CompileRecord
+    from pytest_torch.perf.measure.timing import SamplingSettings
     from pytest_torch.perf.records import PerfRecord
     from pytest_torch.perf.suites import CaseResult
-    from pytest_torch.perf.timing import SamplingSettings
 
 
 class PerfSettings:
@@ -66,7 +66,7 @@ class PerfSettings:
         self._machine: str | None = None
 
     def sampling(self) -> SamplingSettings:
-        from pytest_torch.perf.timing import SamplingSettings
+        from pytest_torch.perf.measure.timing import SamplingSettings
 
         return SamplingSettings(
             max_time=self.max_time,

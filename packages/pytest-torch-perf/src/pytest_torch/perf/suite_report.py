@@ -10,8 +10,8 @@ from typing import Any
 
 from pytest_torch.core.tables import format_table
 from pytest_torch.perf.baselines import write_atomically
+from pytest_torch.perf.measure.timing import fmt_ms
 from pytest_torch.perf.suites import CaseResult
-from pytest_torch.perf.timing import fmt_ms
 
 JSON_FORMAT = 1
 

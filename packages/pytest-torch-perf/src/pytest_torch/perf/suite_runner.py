@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, cast
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_torch.perf.measure.timing import LatencyResult
     from pytest_torch.perf.settings import PerfSettings
     from pytest_torch.perf.suites import Case
-    from pytest_torch.perf.timing import LatencyResult
 
 
 def parametrize_suite(metafunc: pytest.Metafunc) -> None:
@@ -58,8 +58,8 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
     __tracebackhide__ = True
     from pytest_torch.core.chosen_device import resolve_device
     from pytest_torch.perf import suites
-    from pytest_torch.perf.calls import torch_threads
     from pytest_torch.perf.check_runner import baseline_check, measure_call
+    from pytest_torch.perf.measure.calls import torch_threads
     from pytest_torch.perf.rule import DEFAULT_MEMORY_TOLERANCE
 
     case = cast("Case", item.funcargs[suites.CASE_FIXTURE])

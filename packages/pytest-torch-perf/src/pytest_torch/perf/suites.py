@@ -27,7 +27,7 @@ from pytest_torch.perf.rule import DEFAULT_LATENCY_TOLERANCE, tolerance_problem
 if TYPE_CHECKING:
     import torch
 
-    from pytest_torch.perf.timing import LatencyResult
+    from pytest_torch.perf.measure.timing import LatencyResult
 
 MARKER = BENCHMARK.name
 CASE_FIXTURE = "torch_benchmark_case"

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pytest_torch.core import devices
-from pytest_torch.perf.timing import LatencyResult, SamplingSettings, measure
+from pytest_torch.perf.measure.timing import LatencyResult, SamplingSettings, measure
 
 if TYPE_CHECKING:
     import torch
@@ -135,8 +135,8 @@ def measure_latency(
     or its core ran slow enough to slow the code, are set aside, and the result says how
     busy the machine was and how fast the code can at most have run.
     """
-    from pytest_torch.perf.contention import Monitor
-    from pytest_torch.perf.machine_probes import off_cpu_waits, wait_probe
+    from pytest_torch.perf.measure.contention import Monitor
+    from pytest_torch.perf.measure.machine_probes import off_cpu_waits, wait_probe
 
     dev = devices.as_device(device) if device is not None else infer_device(target, inputs, kwargs)
     run = bind(target, inputs, kwargs)

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pytest_torch.perf.machine_probes import (
+from pytest_torch.perf.measure.machine_probes import (
     PROCESS,
     PROCESS_CORE,
     LoopReference,
@@ -250,7 +250,7 @@ class Monitor:
     def start(self) -> None:
         """Before sampling: the machine's counters, the loop's speed refreshed (at every
         stack depth the samples use), and the first reading."""
-        from pytest_torch.perf.timing import LAYOUTS, at_depth
+        from pytest_torch.perf.measure.timing import LAYOUTS, at_depth
 
         self._before = self.machine()
         for depth in range(LAYOUTS):
@@ -259,7 +259,7 @@ class Monitor:
         self.readings.append(self.reading())
 
     def reading(self) -> Reading:
-        from pytest_torch.perf.timing import LAYOUTS, at_depth
+        from pytest_torch.perf.measure.timing import LAYOUTS, at_depth
 
         # twice: the first run refills the caches the measured code evicted; at the
         # stack depth of the sample just taken (see timing.at_depth)
@@ -430,7 +430,7 @@ def core_factors(times: list[float], ratios: list[float]) -> tuple[list[float], 
     slowed by it (at most by its loop's ratio). Where they do not, the loop's own ratio
     is all there is to go by (at most :data:`MAX_CORE_FACTOR`).
     """
-    from pytest_torch.perf.timing import percentile
+    from pytest_torch.perf.measure.timing import percentile
 
     slow = [r > SLOWED_LOOP for r in ratios]
     if not any(slow):

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pytest_torch.perf.baselines import Baseline
-from pytest_torch.perf.contention import MAX_CORE_FACTOR
-from pytest_torch.perf.timing import LatencyResult, fmt_ms
+from pytest_torch.perf.measure.contention import MAX_CORE_FACTOR
+from pytest_torch.perf.measure.timing import LatencyResult, fmt_ms
 
 NOT_JUDGED = "not judged: machine busy"
 NOT_JUDGED_HOST = "not judged: slower host"

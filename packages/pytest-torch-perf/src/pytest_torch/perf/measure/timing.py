@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from pytest_torch.perf.contention import Interference, Monitor
+    from pytest_torch.perf.measure.contention import Interference, Monitor
 
 STATISTICS = ("median", "mean", "min", "p90", "p99")
 
@@ -115,7 +115,7 @@ class LatencyResult:
     @property
     def busy(self) -> bool:
         """Too few undisturbed samples to judge by: the statistics are upper bounds (see
-        :class:`~pytest_torch.perf.contention.Interference`)."""
+        :class:`~pytest_torch.perf.measure.contention.Interference`)."""
         return self.interference is not None and self.interference.busy
 
     def generous(self, name: str) -> float:
@@ -317,7 +317,7 @@ def _sample(
     first: float,
     monitor: Monitor | None,
 ) -> LatencyResult:
-    from pytest_torch.perf.contention import MIN_UNDISTURBED_S, enough_undisturbed
+    from pytest_torch.perf.measure.contention import MIN_UNDISTURBED_S, enough_undisturbed
 
     warmup_calls, calls = _warm_up(fn, timer, settings, clock, first)
     timed_calls = functools.partial(_timed, fn, timer, calls)
