@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from pytest_torch.perf.compile_checks import (
+from pytest_torch.perf.compilation.checks import (
     CompileBudget,
     CompileRecord,
     GraphBreakError,
@@ -26,13 +26,9 @@ from pytest_torch.perf.compile_checks import (
     parse_budget,
     render_table,
 )
-from pytest_torch.perf.compile_diagnosis import (
-    clean_guard_reason,
-    fix_for,
-    parse_reason,
-    recompile_fix,
-)
-from pytest_torch.perf.compile_watch import CompileReport, CompileWatch, Recompile, warm_up
+from pytest_torch.perf.compilation.graph_breaks import fix_for, parse_reason
+from pytest_torch.perf.compilation.recompiles import clean_guard_reason, recompile_fix
+from pytest_torch.perf.compilation.watch import CompileReport, CompileWatch, Recompile, warm_up
 
 log = logging.getLogger("a_model")
 

@@ -15,7 +15,7 @@ from pytest_torch.core.lazy import exports_of, lazy_exports
 
 if TYPE_CHECKING:
     from pytest_torch.perf.checks import PerfNotJudgedError, PerfRegressionError
-    from pytest_torch.perf.compile_checks import GraphBreakError, assert_no_graph_breaks
+    from pytest_torch.perf.compilation.checks import GraphBreakError, assert_no_graph_breaks
     from pytest_torch.perf.measure.calls import measure_latency
     from pytest_torch.perf.measure.timing import LatencyResult
     from pytest_torch.perf.suites import benchmark_suite

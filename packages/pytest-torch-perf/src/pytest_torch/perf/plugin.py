@@ -82,7 +82,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
         check_runner.check_marked(metafunc)
     if COMPILE_BUDGET.name in names:
-        from pytest_torch.perf import compile_runner
+        from pytest_torch.perf.compilation import runner as compile_runner
 
         compile_runner.check_marked(metafunc)
 
@@ -93,7 +93,8 @@ class _Runner:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        from pytest_torch.perf import check_runner, compile_runner
+        from pytest_torch.perf import check_runner
+        from pytest_torch.perf.compilation import runner as compile_runner
 
         watch = compile_runner.start(item)
         try:

@@ -16,7 +16,7 @@ from pytest_torch.perf.settings import PerfSettings
 if TYPE_CHECKING:
     from pytest_torch.core.tables import ReportTable
 
-#: compile_checks.PREFIX, without importing the engine for every report
+#: compilation.checks.PREFIX, without importing the engine for every report
 COMPILE_PREFIX = "torch_compile."
 #: where an xdist worker hands its recordings to the controller, which writes them once
 WORKER_RECORDINGS = "torch_perf_recordings"
@@ -33,7 +33,7 @@ def collect(settings: PerfSettings, when: str, skipped: bool, properties: Sequen
 
         settings.records.extend(PerfRecord.from_properties(properties))
         if any(str(name).startswith(COMPILE_PREFIX) for name, _ in properties):
-            from pytest_torch.perf.compile_checks import CompileRecord
+            from pytest_torch.perf.compilation.checks import CompileRecord
 
             settings.compile_records.extend(CompileRecord.from_properties(properties))
         settings.benchmark_results.extend(
@@ -99,7 +99,7 @@ def summary(settings: PerfSettings) -> list[tuple[str | None, list[str]]]:
 
         sections.append(("torch perf", list(render_table(settings.records))))
     if settings.compile_records:
-        from pytest_torch.perf.compile_checks import render_table as compile_table
+        from pytest_torch.perf.compilation.checks import render_table as compile_table
 
         sections.append(("torch compile", compile_table(settings.compile_records)))
     if settings.benchmark_results:
@@ -126,7 +126,7 @@ def report_tables(settings: PerfSettings) -> list[ReportTable]:
 
         tables.append(ReportTable("Performance", lambda: render_table(settings.records)))
     if settings.compile_records:
-        from pytest_torch.perf.compile_checks import render_table as compile_table
+        from pytest_torch.perf.compilation.checks import render_table as compile_table
 
         records = settings.compile_records
         tables.append(ReportTable("torch compile", lambda: compile_table(records)))

@@ -1,6 +1,6 @@
 """Running a test under ``@pytest.mark.torch_compile_budget``: the marker checked at
-collection, the test body watched (``compile_watch``), the budget judged
-(``compile_checks``) and the figures published for the end-of-run table.
+collection, the test body watched (``watch``), the budget judged
+(``checks``) and the figures published for the end-of-run table.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from pytest_torch.perf.marker_specs import COMPILE_BUDGET
 
 if TYPE_CHECKING:
-    from pytest_torch.perf.compile_checks import CompileBudget
-    from pytest_torch.perf.compile_watch import CompileWatch
+    from pytest_torch.perf.compilation.checks import CompileBudget
+    from pytest_torch.perf.compilation.watch import CompileWatch
 
 MARKER = COMPILE_BUDGET.name
 #: the budget of the test being watched, read once when its watch starts
@@ -22,7 +22,7 @@ budget_key = pytest.StashKey["CompileBudget"]()
 
 def budget(node: pytest.Item | pytest.Metafunc) -> CompileBudget | None:
     """The test's budget, None without the marker; ValueError for a malformed one."""
-    from pytest_torch.perf.compile_checks import parse_budget
+    from pytest_torch.perf.compilation.checks import parse_budget
 
     definition = node.definition if isinstance(node, pytest.Metafunc) else node
     marker = definition.get_closest_marker(MARKER)
@@ -53,7 +53,7 @@ def start(item: pytest.Item) -> CompileWatch | None:
         problem = str(exc)
     if problem is not None:
         pytest.fail(problem, pytrace=False)
-    from pytest_torch.perf.compile_watch import CompileWatch, warm_up
+    from pytest_torch.perf.compilation.watch import CompileWatch, warm_up
 
     # the process's first compile pays a one-time start; a time budget is judged as if
     # the test ran second, whatever ran before it (inductor only where time is judged)
@@ -74,7 +74,7 @@ def finish(
     keeps its own outcome. Nothing to do for a test without a watch."""
     if watch is None:
         return None
-    from pytest_torch.perf.compile_checks import CompileRecord, judge
+    from pytest_torch.perf.compilation.checks import CompileRecord, judge
 
     watch.__exit__(None, None, None)
     test_budget = item.stash[budget_key]

@@ -11,8 +11,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pytest_torch.core.properties import decode, encode, number
-from pytest_torch.perf.compile_diagnosis import GraphBreak, guard_key, recompile_fix
-from pytest_torch.perf.compile_watch import CompileReport, CompileWatch, Recompile
+from pytest_torch.perf.compilation.graph_breaks import GraphBreak
+from pytest_torch.perf.compilation.recompiles import guard_key, recompile_fix
+from pytest_torch.perf.compilation.watch import CompileReport, CompileWatch, Recompile
 
 
 class GraphBreakError(AssertionError):
@@ -52,7 +53,7 @@ def assert_no_graph_breaks(fn_or_module: Callable[..., Any], *inputs: Any, **kwa
     tensor values, builtins and libraries dynamo cannot trace, ...). It traces with a
     backend that generates no code, so it costs little more than tracing, on any device.
     The call runs from an empty compile cache, which is emptied again afterwards (see
-    ``compile_watch``). Returns what the call returned.
+    ``compilation.watch``). Returns what the call returned.
     """
     __tracebackhide__ = True
     if not callable(fn_or_module):

@@ -28,14 +28,14 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_torch.perf.compile_diagnosis import (
+from pytest_torch.perf.compilation.graph_breaks import (
     GraphBreak,
     Place,
-    clean_guard_reason,
     graph_breaks_of,
     place_of_frame,
     skipped_frame,
 )
+from pytest_torch.perf.compilation.recompiles import clean_guard_reason
 
 #: dynamo's message when a function is recompiled more often than its limit allows
 LIMIT_MARKERS = ("recompile limit", "cache_size_limit", "recompile_limit")
