@@ -11,7 +11,7 @@ from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from pytest_torch.perf import assert_no_host_sync, find_host_syncs
-from pytest_torch.perf.syncs import SYNC_OPERATIONS
+from pytest_torch.perf.syncs.rules import SYNC_OPERATIONS
 
 # these tests draw from the global random generators; torch_seed restores them
 pytestmark = pytest.mark.usefixtures("torch_seed")
@@ -117,7 +117,7 @@ def test_dtype_and_accelerator_moves_are_not_syncs():
 
 
 def test_a_non_blocking_copy_to_the_host_is_queued_not_a_sync(monkeypatch):
-    from pytest_torch.perf import syncs
+    from pytest_torch.perf.syncs import dispatch
 
     logits = torch.randn(4, 10)
 
@@ -134,7 +134,7 @@ def test_a_non_blocking_copy_to_the_host_is_queued_not_a_sync(monkeypatch):
         assert_no_host_sync(lambda: logits.argmax(-1).to("cpu"))
     assert "found 1" in str(info.value) and "to(cpu) [cpu]" in str(info.value)
     assert ".to('cpu', non_blocking=True) (torch puts the copy in pinned memory)" in str(info.value)
-    monkeypatch.setattr(syncs, "_pinned", lambda tensor: False)
+    monkeypatch.setattr(dispatch, "_pinned", lambda tensor: False)
     _, events = find_host_syncs(lambda: copied(True))
     assert [e.operation for e in events] == ["to(cpu)"]
 
@@ -327,9 +327,9 @@ def test_repeats_at_one_place_are_one_entry_with_a_count():
 
 
 def test_where_the_call_expression_is_unknown_the_line_is_used(monkeypatch):
-    from pytest_torch.perf import sync_sites
+    from pytest_torch.perf.syncs import sites
 
-    monkeypatch.setattr(sync_sites, "expression", lambda frame: "")
+    monkeypatch.setattr(sites, "expression", lambda frame: "")
     a = torch.eye(2) + torch.rand(2, 2) * 0.1
 
     def code():
@@ -390,7 +390,7 @@ def warning_op():
 
 
 def test_the_cuda_backends_warnings_merge_with_what_was_found(warning_op, monkeypatch):
-    from pytest_torch.perf import syncs
+    from pytest_torch.perf.syncs import dispatch, wrappers
 
     x = torch.randn(3)
 
@@ -404,17 +404,17 @@ def test_the_cuda_backends_warnings_merge_with_what_was_found(warning_op, monkey
     assert_no_host_sync(code, allow="cuda sync")
 
     # an op already judged as a sync: one entry, confirmed, silenced by its own name
-    real = syncs.aten_sync
+    real = dispatch.aten_sync
     monkeypatch.setattr(
-        syncs, "aten_sync", lambda name, *rest: "item" if name == "warns" else real(name, *rest)
+        dispatch, "aten_sync", lambda name, *rest: "item" if name == "warns" else real(name, *rest)
     )
     _, events = find_host_syncs(code)
     assert [(e.operation, e.confirmed) for e in events] == [("item", True)]
     assert_no_host_sync(code, allow=["item"])
 
     # a read watched in Python (.item(), .cpu()...) whose op below it warns: one entry
-    monkeypatch.setattr(syncs, "aten_sync", real)
-    item = syncs._read("item", lambda tensor: warning_op(tensor))
+    monkeypatch.setattr(dispatch, "aten_sync", real)
+    item = wrappers._read("item", lambda tensor: warning_op(tensor))
     _, events = find_host_syncs(lambda: item(x))
     assert [(e.operation, e.confirmed) for e in events] == [("item", True)]
 
@@ -537,9 +537,9 @@ def test_an_op_run_on_another_thread_is_shown_where_the_checked_call_waits():
     import sys
     import threading
 
-    from pytest_torch.perf.syncs import _Recorder
+    from pytest_torch.perf.syncs.recorder import Recorder
 
-    recorder = _Recorder()  # made on this thread, as find_host_syncs makes it
+    recorder = Recorder()  # made on this thread, as find_host_syncs makes it
 
     go = threading.Event()
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from pytest_torch.perf.sync_sites import (
+from pytest_torch.perf.syncs.sites import (
     UNKNOWN,
     is_internal,
     is_library,

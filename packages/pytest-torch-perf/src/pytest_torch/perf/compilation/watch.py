@@ -382,7 +382,7 @@ def _compilation_metrics(utils: Any) -> list[Any]:
 def _function_name(code: Any) -> str:
     """``forward (models.py:30)`` for a code object (dynamo keys guard failures by the
     original code)."""
-    from pytest_torch.perf.sync_sites import is_internal, shown_path
+    from pytest_torch.perf.syncs.sites import is_internal, shown_path
 
     name = getattr(code, "co_name", None)
     if name is None or is_internal(code.co_filename):

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from types import CodeType, FrameType
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+#: this plugin's own code: the perf package, every sub-package of it
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @lru_cache(maxsize=1)
