@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from pytest_torch.perf import rule, suites
+from pytest_torch.perf import rule
 from pytest_torch.perf.rule import judge
+from pytest_torch.perf.suites import cases as suites
 
 
 @pytest.mark.parametrize(

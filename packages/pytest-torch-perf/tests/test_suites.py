@@ -7,8 +7,9 @@ import json
 import pytest
 import torch
 
-from pytest_torch.perf import suite_report, suites
-from pytest_torch.perf.suites import Case, CaseResult, CaseSkipped, SuiteSpec
+from pytest_torch.perf.suites import cases as suites
+from pytest_torch.perf.suites import report as suite_report
+from pytest_torch.perf.suites.cases import Case, CaseResult, CaseSkipped, SuiteSpec
 
 # these tests draw from the global random generators; torch_seed restores them
 pytestmark = pytest.mark.usefixtures("torch_seed")

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from pytest_torch.perf.compilation.checks import GraphBreakError, assert_no_graph_breaks
     from pytest_torch.perf.measure.calls import measure_latency
     from pytest_torch.perf.measure.timing import LatencyResult
-    from pytest_torch.perf.suites import benchmark_suite
+    from pytest_torch.perf.suites.cases import benchmark_suite
     from pytest_torch.perf.syncs.checks import assert_no_host_sync, find_host_syncs
 
 _EXPORTS = FAMILY_EXPORTS

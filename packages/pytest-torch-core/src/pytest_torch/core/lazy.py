@@ -30,7 +30,7 @@ FAMILY_EXPORTS: dict[str, str] = {
     "GraphBreakError": "pytest_torch.perf.compilation.checks",
     "assert_no_graph_breaks": "pytest_torch.perf.compilation.checks",
     "assert_no_host_sync": "pytest_torch.perf.syncs.checks",
-    "benchmark_suite": "pytest_torch.perf.suites",
+    "benchmark_suite": "pytest_torch.perf.suites.cases",
     "find_host_syncs": "pytest_torch.perf.syncs.checks",
     "measure_latency": "pytest_torch.perf.measure.calls",
     "MemoryBudgetError": "pytest_torch.memory.budgets",

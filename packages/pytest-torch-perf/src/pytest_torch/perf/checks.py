@@ -1,7 +1,7 @@
 """Judging measurements: latency budgets and baseline comparisons.
 
 Everything here works on measurements handed in, so it can be tested with made-up
-numbers; ``check_runner`` and ``suite_runner`` do the measuring, the regression rule
+numbers; ``check_runner`` and ``suites.runner`` do the measuring, the regression rule
 itself (tolerances, limit, "improved") is ``rule``, and how repeated measurements on a
 busy machine settle a verdict is ``measure.settling``: a busy measurement fails only
 when no interference that was measured can explain how far it is over the limit.

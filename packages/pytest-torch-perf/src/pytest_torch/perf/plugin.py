@@ -1,7 +1,7 @@
 """pytest wiring of the perf plugin (entry point ``torch_perf``): options (declared in
 ``options``), markers, fixtures and hooks. The work lives in plain modules: ``settings``
 (the options' values),
-``check_runner`` (latency budgets and baseline checks in a test), ``suite_runner``
+``check_runner`` (latency budgets and baseline checks in a test), ``suites.runner``
 (benchmark cases), ``recording`` (records, xdist hand-over, files written at the end).
 """
 
@@ -22,11 +22,11 @@ if TYPE_CHECKING:
     from pytest_torch.core.tables import ReportTable
     from pytest_torch.perf.checks import Outcome
     from pytest_torch.perf.measure.timing import LatencyResult
-    from pytest_torch.perf.suites import Case
+    from pytest_torch.perf.suites.cases import Case
 
 pytest_plugins = ["torch_core"]
 
-_CASE_FIXTURE = "torch_benchmark_case"  # suites.CASE_FIXTURE, without importing the engine
+_CASE_FIXTURE = "torch_benchmark_case"  # suites.cases.CASE_FIXTURE, without importing it
 #: fixtures that time the test body, which must therefore run once
 TIMING_FIXTURES = ("latency", "perf_baseline", _CASE_FIXTURE)
 #: the per-test hooks, registered once a test has a latency budget or is a benchmark case
@@ -74,7 +74,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if names & {"torch_benchmark", LATENCY.name, COMPILE_BUDGET.name}:
         register_once(metafunc.config, RUNNER, _Runner)
     if "torch_benchmark" in names:
-        from pytest_torch.perf.suite_runner import parametrize_suite
+        from pytest_torch.perf.suites.runner import parametrize_suite
 
         parametrize_suite(metafunc)
     if LATENCY.name in names:
@@ -111,7 +111,7 @@ class _Runner:
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
         if _CASE_FIXTURE not in pyfuncitem.funcargs:
             return None
-        from pytest_torch.perf.suite_runner import run_case
+        from pytest_torch.perf.suites.runner import run_case
 
         run_case(pyfuncitem, pyfuncitem.config.stash[settings_key])
         return True

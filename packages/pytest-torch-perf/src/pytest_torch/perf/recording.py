@@ -29,7 +29,7 @@ def collect(settings: PerfSettings, when: str, skipped: bool, properties: Sequen
     if when == "call" or (when == "setup" and skipped):
         from pytest_torch.core.properties import values_of
         from pytest_torch.perf.records import PerfRecord
-        from pytest_torch.perf.suites import PROPERTY, CaseResult
+        from pytest_torch.perf.suites.cases import PROPERTY, CaseResult
 
         settings.records.extend(PerfRecord.from_properties(properties))
         if any(str(name).startswith(COMPILE_PREFIX) for name, _ in properties):
@@ -78,7 +78,7 @@ def write_baselines(settings: PerfSettings) -> str | None:
 def write_benchmark_outputs(settings: PerfSettings) -> None:
     """The benchmark JSON and plots asked for, their paths kept for the summary."""
     from pytest_torch.core.fingerprint import hardware_fingerprint
-    from pytest_torch.perf.suite_report import write_json, write_plots
+    from pytest_torch.perf.suites.report import write_json, write_plots
 
     if settings.benchmark_json is not None:
         write_json(
@@ -103,7 +103,7 @@ def summary(settings: PerfSettings) -> list[tuple[str | None, list[str]]]:
 
         sections.append(("torch compile", compile_table(settings.compile_records)))
     if settings.benchmark_results:
-        from pytest_torch.perf.suite_report import render
+        from pytest_torch.perf.suites.report import render
 
         lines = list(render(settings.benchmark_results, settings.machine()))
         lines += [f"benchmark output: {path}" for path in settings.benchmark_outputs]
@@ -131,7 +131,7 @@ def report_tables(settings: PerfSettings) -> list[ReportTable]:
         records = settings.compile_records
         tables.append(ReportTable("torch compile", lambda: compile_table(records)))
     if settings.benchmark_results:
-        from pytest_torch.perf.suite_report import render
+        from pytest_torch.perf.suites.report import render
 
         results = settings.benchmark_results
         tables.append(ReportTable("Benchmarks", lambda: render(results, settings.machine())))

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pytest_torch.perf.compilation.checks import CompileRecord
     from pytest_torch.perf.measure.timing import SamplingSettings
     from pytest_torch.perf.records import PerfRecord
-    from pytest_torch.perf.suites import CaseResult
+    from pytest_torch.perf.suites.cases import CaseResult
 
 
 class PerfSettings:

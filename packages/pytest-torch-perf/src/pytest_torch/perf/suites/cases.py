@@ -8,8 +8,8 @@ A suite is a test function that builds the model and its inputs for one batch si
         return TinyCNN(), torch.randn(batch_size, 1, 28, 28)
 
 Each combination becomes one test, ``test_tiny_cnn[cpu-float32-eager-b8]``. This module
-holds the cases and running one; ``suite_report`` turns results into tables, JSON and
-plots; ``plugin`` wires it into pytest.
+holds the cases and running one; ``report`` turns results into tables, JSON and plots;
+``runner`` runs a case in a pytest run, and ``plugin`` wires it into pytest.
 """
 
 from __future__ import annotations

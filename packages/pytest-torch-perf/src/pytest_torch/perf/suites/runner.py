@@ -1,8 +1,8 @@
 """Benchmark suites in a pytest run: one test per case at collection, and running one
 case (build, first call, measurement, baseline) in place of the suite function's body.
 
-``suites`` holds the cases and the steps of running one; ``suite_report`` the tables,
-JSON and plots; this module puts them together for ``plugin``.
+``cases`` holds the cases and the steps of running one; ``report`` the tables, JSON
+and plots; this module puts them together for ``plugin``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import pytest
 if TYPE_CHECKING:
     from pytest_torch.perf.measure.timing import LatencyResult
     from pytest_torch.perf.settings import PerfSettings
-    from pytest_torch.perf.suites import Case
+    from pytest_torch.perf.suites.cases import Case
 
 
 def parametrize_suite(metafunc: pytest.Metafunc) -> None:
     """One test per case of a ``@benchmark_suite``; a collection error naming the test
     for a malformed declaration."""
     from pytest_torch.core.selection import device_types_for
-    from pytest_torch.perf.suites import CASE_FIXTURE, MARKER, cases, parse_spec
+    from pytest_torch.perf.suites.cases import CASE_FIXTURE, MARKER, cases, parse_spec
 
     node_id = metafunc.definition.nodeid
     marker = metafunc.definition.get_closest_marker(MARKER)
@@ -57,18 +57,18 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
     a dtype or compile the device cannot run is a skip, a regression a failure."""
     __tracebackhide__ = True
     from pytest_torch.core.chosen_device import resolve_device
-    from pytest_torch.perf import suites
     from pytest_torch.perf.check_runner import baseline_check, measure_call
     from pytest_torch.perf.measure.calls import torch_threads
     from pytest_torch.perf.rule import DEFAULT_MEMORY_TOLERANCE
+    from pytest_torch.perf.suites import cases
 
-    case = cast("Case", item.funcargs[suites.CASE_FIXTURE])
+    case = cast("Case", item.funcargs[cases.CASE_FIXTURE])
     spec = case.spec
     assert spec is not None  # cases are made by parametrize_suite
     # the case's device type resolved as torch_device resolves it, once per session; the
     # model and inputs are moved there, so that is the device timed and measured
     device = resolve_device(item.config, case.device_type)
-    result = suites.CaseResult(
+    result = cases.CaseResult(
         suite=item.nodeid.split("[")[0],
         test_id=item.nodeid,
         device=str(device),
@@ -83,12 +83,12 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
     )
     built = item.obj(**{arg: item.funcargs[arg] for arg in item._fixtureinfo.argnames})
     try:
-        model, args, kwargs = suites.prepare(built, case, device, spec)
+        model, args, kwargs = cases.prepare(built, case, device, spec)
         with torch_threads(settings.threads):
-            result.first_call_ms = suites.first_call(model, args, kwargs, case, device)
-    except suites.CaseSkipped as skipped:
+            result.first_call_ms = cases.first_call(model, args, kwargs, case, device)
+    except cases.CaseSkipped as skipped:
         result.status, result.reason = "skipped", str(skipped)
-        item.user_properties.append((suites.PROPERTY, result.to_json()))
+        item.user_properties.append((cases.PROPERTY, result.to_json()))
         pytest.skip(str(skipped))
 
     taken: list[tuple[LatencyResult, dict[str, int]]] = []
@@ -115,7 +115,7 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
     result.change_pct = outcome.record.change_pct
     result.stat = outcome.record.stat
     result.verdict = outcome.record.verdict
-    item.user_properties.append((suites.PROPERTY, result.to_json()))
+    item.user_properties.append((cases.PROPERTY, result.to_json()))
     if outcome.status == "fail":
         raise outcome.error()
     if outcome.status == "skip" and outcome.record.verdict != "no baseline":

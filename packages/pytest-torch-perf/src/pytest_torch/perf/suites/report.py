@@ -11,7 +11,7 @@ from typing import Any
 from pytest_torch.core.tables import format_table
 from pytest_torch.perf.baselines import write_atomically
 from pytest_torch.perf.measure.timing import fmt_ms
-from pytest_torch.perf.suites import CaseResult
+from pytest_torch.perf.suites.cases import CaseResult
 
 JSON_FORMAT = 1
 
