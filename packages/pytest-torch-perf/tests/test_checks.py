@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_torch.perf import checks
+from pytest_torch.perf import checks, comparison
 from pytest_torch.perf.baselines import Baseline
 from pytest_torch.perf.measure.contention import Interference
 from pytest_torch.perf.measure.timing import LatencyResult
@@ -79,7 +79,7 @@ def compare(
         calls.append(1)
         return pending.pop(0)
 
-    outcome = checks.compare(
+    outcome = comparison.compare(
         "t.py::test_x",
         base,
         measure,
@@ -492,7 +492,7 @@ def test_a_pass_across_torch_versions_says_so_in_the_table():
     assert outcome.status == "pass"
     assert outcome.record.verdict == "ok (baseline from torch 2.9.0)"
     assert "baseline from torch 2.9.0, now 2.13.0" in outcome.message
-    assert checks._with_version("ok (machine busy)", "2.9.0", "2.13.0") == (
+    assert comparison._with_version("ok (machine busy)", "2.9.0", "2.13.0") == (
         "ok (machine busy; baseline from torch 2.9.0)"
     )
     same, _ = compare(baseline(1.0), (result(1.0), {}))

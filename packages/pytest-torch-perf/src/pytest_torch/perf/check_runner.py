@@ -281,11 +281,11 @@ def baseline_check(
 ) -> Outcome:
     """Record (``--torch-update-perf``) or compare one measured thing; never raises for
     a regression: the outcome says "pass", "fail" or "skip" (``elsewhere``: measures it
-    in a fresh process, or says why not; see ``checks.compare``)."""
+    in a fresh process, or says why not; see ``comparison.compare``)."""
     __tracebackhide__ = True
     import torch
 
-    from pytest_torch.perf import checks
+    from pytest_torch.perf import checks, comparison
     from pytest_torch.perf.baselines import BaselineFileError
 
     torch_version = str(torch.__version__).split("+")[0]
@@ -300,7 +300,7 @@ def baseline_check(
         raise checks.PerfRegressionError(str(exc)) from None
     if baseline is None:
         return checks.missing_outcome(label, settings.machine(), settings.strict)
-    return checks.compare(
+    return comparison.compare(
         label,
         baseline,
         measure,
