@@ -162,7 +162,8 @@ def test_the_state_guard_lets_a_test_be_the_first_to_initialise_cuda():
 
 def test_every_module_is_named_in_the_architecture_table():
     """docs/architecture.md's package table names every module of every package, so a
-    newcomer finds where each thing lives (and a new module is placed in the doc)."""
+    newcomer finds where each thing lives (and a new module is placed in the doc); a
+    module in a sub-package by its dotted name in the package (`measure.timing`)."""
     doc = (REPO / "docs" / "architecture.md").read_text()
     rows = {
         match.group(1): match.group(2)
@@ -170,10 +171,68 @@ def test_every_module_is_named_in_the_architecture_table():
     }
     missing = []
     for folder in FOLDERS:
-        for source in sorted((folder / "src" / "pytest_torch").glob("*/*.py")):
-            if source.stem == "__init__":
-                continue
-            cell = rows.get(folder.name, "")
-            if not re.search(rf"`{source.stem}(\.[A-Za-z_]+)?`", cell):
-                missing.append(f"{folder.name}: {source.stem}")
+        for package in sorted((folder / "src" / "pytest_torch").glob("*/")):
+            for source in sorted(package.rglob("*.py")):
+                if source.stem == "__init__":
+                    continue
+                name = ".".join(source.relative_to(package).with_suffix("").parts)
+                cell = rows.get(folder.name, "")
+                if not re.search(rf"`{re.escape(name)}(\.[A-Za-z_]+)?`", cell):
+                    missing.append(f"{folder.name}: {name}")
     assert not missing, f"docs/architecture.md's table does not name: {', '.join(missing)}"
+
+
+def _sources():
+    """Every module of every package's code, with its path from the repository root."""
+    for folder in FOLDERS:
+        for source in sorted((folder / "src").rglob("*.py")):
+            yield source.relative_to(REPO), source.read_text()
+
+
+#: what a module and a function may grow to (DESIGN.md: "500 at the very most, no
+#: function over 80"); past that, split it along a seam: a helper, a module per concern
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_module_over_500_lines_and_no_function_over_80():
+    import ast
+
+    problems = []
+    for path, text in _sources():
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE_LINES:
+            problems.append(f"{path}: module of {lines} lines (at most {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno is not None
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    problems.append(
+                        f"{path}:{node.lineno} {node.name} {length} lines"
+                        f" (at most {MAX_FUNCTION_LINES})"
+                    )
+    assert not problems, "\n".join(problems)
+
+
+def test_every_plugin_module_is_wiring_of_at_most_300_lines():
+    """A plugin.py holds only pytest wiring; the work lives in plain modules."""
+    plugins = [(path, text) for path, text in _sources() if path.name == "plugin.py"]
+    assert len(plugins) == len([f for f in FOLDERS if (f / "src").exists()])
+    problems = [
+        f"{path}: {len(text.splitlines())} lines (at most 300)"
+        for path, text in plugins
+        if len(text.splitlines()) > 300
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_no_sub_package_shares_its_name_with_a_module_beside_it():
+    """`perf/suites/` beside a `perf/suites.py` would leave one of them unimportable."""
+    clashes = [
+        str(init.parent.relative_to(REPO))
+        for folder in FOLDERS
+        for init in (folder / "src").rglob("__init__.py")
+        if init.parent.with_suffix(".py").exists()
+    ]
+    assert not clashes, clashes
