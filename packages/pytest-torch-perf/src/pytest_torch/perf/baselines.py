@@ -56,7 +56,7 @@ class Baseline:
     python: str
     recorded: str
     peak_memory: dict[str, int] = field(default_factory=dict)
-    #: how fast the core probe ran in the recording process (machine_probes.core_probe):
+    #: how fast the core probe ran in the recording process (measure.machine_probes.core_probe):
     #: a later process whose core runs it much slower is judged in proportion
     core_probe_us: float | None = None
     #: recorded on a busy machine: the samples taken, and the undisturbed ones it was
