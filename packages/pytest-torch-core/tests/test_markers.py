@@ -64,3 +64,46 @@ def test_registering_puts_the_help_line_in_pytest_markers(pytester):
     )
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.demo_budget(mb): fail if bigger."])
+
+
+def test_the_marker_on_a_test_is_found_at_collection_and_at_run_time(pytester):
+    pytester.makeconftest(
+        "import pytest\n"
+        "from pytest_torch.core.markers import MarkerSpec\n"
+        "BUDGET = MarkerSpec('demo_budget', 'fail if bigger.', positional=('mb',))\n"
+        "def pytest_configure(config):\n"
+        "    BUDGET.register(config)\n"
+        "def pytest_generate_tests(metafunc):\n"
+        "    mark = BUDGET.mark_on(metafunc)\n"
+        "    print('collected', metafunc.definition.name, mark and mark.args)\n"
+        "def pytest_runtest_setup(item):\n"
+        "    mark = BUDGET.mark_on(item)\n"
+        "    print('ran', item.name, mark and mark.args)\n"
+    )
+    pytester.makepyfile(
+        "import pytest\n"
+        "pytestmark = pytest.mark.demo_budget(1)\n"
+        "@pytest.mark.demo_budget(2)\n"
+        "def test_own(): pass\n"
+        "def test_module_s(): pass\n"
+    )
+    result = pytester.runpytest("-s", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "collected test_own (2,)",
+            "collected test_module_s (1,)",
+            "*ran test_own (2,)",
+            "*ran test_module_s (1,)",
+        ]
+    )
+
+
+def test_no_marker_on_a_test_is_none(pytester):
+    pytester.makeconftest(
+        "from pytest_torch.core.markers import MarkerSpec\n"
+        "def pytest_runtest_setup(item):\n"
+        "    assert MarkerSpec('demo_flag', 'a flag.').mark_on(item) is None\n"
+    )
+    pytester.makepyfile("def test_plain(): pass\n")
+    pytester.runpytest().assert_outcomes(passed=1)

@@ -13,7 +13,11 @@ marker arguments to names before checking their values::
 
 ``bind`` raises ``ValueError`` for unknown keywords and for an argument given twice or
 too many positional arguments, with the example; the values themselves are the
-plugin's to check (a missing required argument is ``None``).
+plugin's to check (a missing required argument is ``None``). ``BUDGET.mark_on(node)``
+is the test's own marker, for an item at run time or a ``Metafunc`` at collection.
+
+Every package declares its markers in its own ``markers`` module, as core does here
+with ``torch_devices``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
+
+def definition_of(node: pytest.Item | pytest.Metafunc) -> pytest.Item:
+    """The test itself: an item as it is, a ``Metafunc``'s function definition (whose
+    ``nodeid`` names the test in a collection error)."""
+    return node.definition if isinstance(node, pytest.Metafunc) else node
 
 
 def _and(words: Sequence[str]) -> str:
@@ -69,6 +79,12 @@ class MarkerSpec:
     def register(self, config: pytest.Config) -> None:
         """Declare the marker (for ``--markers`` and ``--strict-markers``)."""
         config.addinivalue_line("markers", self.help_line())
+
+    def mark_on(self, node: pytest.Item | pytest.Metafunc) -> pytest.Mark | None:
+        """This marker on a test (the closest one: the function's, else its class's or
+        module's), or None; ``node`` an item (a function definition is one) or, at
+        collection, a ``Metafunc``."""
+        return definition_of(node).get_closest_marker(self.name)
 
     def bind(
         self,
@@ -119,3 +135,12 @@ class MarkerSpec:
         if self.variadic:
             values[self.variadic] = extra
         return values
+
+
+DEVICES = MarkerSpec(
+    "torch_devices",
+    "run this test only on these device types (cpu, cuda, xpu, mps); where none of them is"
+    " available it is skipped with the reason.",
+    variadic="types",
+    example='@pytest.mark.torch_devices("cuda", "xpu")',
+)

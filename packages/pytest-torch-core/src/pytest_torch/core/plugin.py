@@ -14,15 +14,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_torch.core import devices, seeding, session
+from pytest_torch.core.markers import DEVICES
 from pytest_torch.core.options import add_option_with_ini, option_or_ini, option_source
-from pytest_torch.core.selection import (
-    DEVICES,
-    CoreSettings,
-    get_settings,
-    restriction,
-    settings_key,
-    skip_reason,
-)
+from pytest_torch.core.selection import restriction, skip_reason
+from pytest_torch.core.settings import CoreSettings, get_settings, settings_key
 
 if TYPE_CHECKING:
     import torch

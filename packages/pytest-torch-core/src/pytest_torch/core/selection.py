@@ -1,62 +1,24 @@
 """Which device types a test runs on: the ``--torch-device`` selection, the
 ``torch_devices`` marker, and the reason a test is skipped for want of a device.
 
-The core plugin's settings and these rules, for core and its siblings (perf and memory
-ask here instead of importing core's plugin). Nothing here imports torch at load time.
+These rules, for core and its siblings (perf and memory ask here instead of importing
+core's plugin). Nothing here imports torch at load time.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_torch.core import devices
-from pytest_torch.core.markers import MarkerSpec
+from pytest_torch.core.markers import DEVICES, definition_of
+from pytest_torch.core.settings import get_settings
 
-DEVICES = MarkerSpec(
-    "torch_devices",
-    "run this test only on these device types (cpu, cuda, xpu, mps); where none of them is"
-    " available it is skipped with the reason.",
-    variadic="types",
-    example='@pytest.mark.torch_devices("cuda", "xpu")',
-)
+if TYPE_CHECKING:
+    from pytest_torch.core.settings import CoreSettings
+
 MARKER = DEVICES.name
-
-
-class CoreSettings:
-    """The core options as resolved at start-up."""
-
-    # a plain class, not a dataclass: building one costs start-up time on every run
-    def __init__(self, device_types: list[str] | None, device_source: str, base_seed: int) -> None:
-        #: the device types asked for, or None for "every available one"
-        self.device_types = device_types
-        self.device_source = device_source
-        self.base_seed = base_seed
-        self._available: list[str] | None = None
-        #: whether any collected test carries a torch_devices marker
-        self.restrictions_seen = False
-
-    def available(self) -> list[str]:
-        """Available device types (imports torch on first use)."""
-        if self._available is None:
-            self._available = devices.available_device_types()
-        return self._available
-
-    def selected(self) -> list[str]:
-        """The device types ``torch_device`` runs tests on."""
-        available = self.available()
-        if self.device_types is None:
-            return available
-        return [t for t in self.device_types if t in available]
-
-
-settings_key = pytest.StashKey[CoreSettings]()
-
-
-def get_settings(config: pytest.Config) -> CoreSettings:
-    """The core settings of a session (for sibling plugins)."""
-    return config.stash[settings_key]
 
 
 def marker_device_types(marker: pytest.Mark, node_id: str) -> list[str]:
@@ -83,9 +45,8 @@ def marker_device_types(marker: pytest.Mark, node_id: str) -> list[str]:
 
 
 def restriction(item: pytest.Item | pytest.Metafunc) -> list[str] | None:
-    node = item.definition if isinstance(item, pytest.Metafunc) else item
-    marker = node.get_closest_marker(MARKER)
-    return None if marker is None else marker_device_types(marker, node.nodeid)
+    marker = DEVICES.mark_on(item)
+    return None if marker is None else marker_device_types(marker, definition_of(item).nodeid)
 
 
 def device_types_for(config: pytest.Config, node: pytest.Item | pytest.Metafunc) -> list[str]:
