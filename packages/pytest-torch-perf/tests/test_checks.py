@@ -514,7 +514,7 @@ def test_recording_flags_noisy_measurements():
 
 
 def test_records_survive_the_trip_through_report_properties():
-    from pytest_torch.perf.records import PerfRecord, render_table
+    from pytest_torch.perf.check_records import PerfRecord, render_table
 
     record = PerfRecord("t.py::x[a.b]::n", "baseline", "median", 1.5, "ok", 1.0, 50.0, 2.0)
     properties = [("unrelated", 1), *record.to_properties(), ("torch_perf.junk.x", "y")]
@@ -549,7 +549,7 @@ def test_records_survive_the_trip_through_report_properties():
 
 def test_budget_rows_show_the_share_of_the_budget_not_a_change():
     """53 µs under a 50 ms budget is "0.1 % of budget", never "-99.9 %"."""
-    from pytest_torch.perf.records import PerfRecord, render_table
+    from pytest_torch.perf.check_records import PerfRecord, render_table
 
     under = checks.budget_record("t::fast", result(0.0532), checks.Budget(50.0), "within budget")
     over = checks.budget_record("t::slow", result(30.0), checks.Budget(20.0), "OVER BUDGET")

@@ -15,16 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_torch.perf.marker_specs import LATENCY
+from pytest_torch.core.markers import definition_of
+from pytest_torch.perf.markers import LATENCY
 
 if TYPE_CHECKING:
     import torch
 
+    from pytest_torch.perf.check_records import PerfRecord
     from pytest_torch.perf.checks import Budget, Outcome
     from pytest_torch.perf.fresh_process import FreshProcesses
     from pytest_torch.perf.measure.settling import Measured
     from pytest_torch.perf.measure.timing import LatencyResult
-    from pytest_torch.perf.records import PerfRecord
     from pytest_torch.perf.settings import PerfSettings
 
 MARKER = LATENCY.name
@@ -40,11 +41,10 @@ def budget(node: pytest.Item | pytest.Metafunc) -> Budget | None:
     """The ``torch_max_latency`` budget of a test; ValueError for a malformed marker."""
     from pytest_torch.perf.checks import parse_budget
 
-    definition = node.definition if isinstance(node, pytest.Metafunc) else node
-    marker = definition.get_closest_marker(MARKER)
+    marker = LATENCY.mark_on(node)
     if marker is None:
         return None
-    return parse_budget(marker.args, marker.kwargs, definition.nodeid)
+    return parse_budget(marker.args, marker.kwargs, definition_of(node).nodeid)
 
 
 def check_marked(metafunc: pytest.Metafunc) -> None:
@@ -68,7 +68,7 @@ def budget_unused(item: pytest.Item) -> str | None:
     if (
         "latency" in getattr(item, "fixturenames", ())
         and item.stash.get(calls_key, 0) == 0
-        and item.get_closest_marker(MARKER) is not None
+        and LATENCY.mark_on(item) is not None
     ):
         return (
             f"{item.nodeid} is marked @pytest.mark.{MARKER} but never called"
@@ -233,10 +233,10 @@ def fresh_process_outcome(
     """In a fresh process: measure (again while other processes disturb it, at most
     ``measure.settling.MAX_MEASUREMENTS`` times) and keep the measurement for the run
     that asked for it; judge nothing."""
+    from pytest_torch.perf.check_records import PerfRecord
     from pytest_torch.perf.checks import REGRESSION_STAT, Outcome
     from pytest_torch.perf.fresh_process import write_measured
     from pytest_torch.perf.measure.settling import MAX_MEASUREMENTS
-    from pytest_torch.perf.records import PerfRecord
 
     taken = [measure()]
     while taken[-1][0].busy and len(taken) < MAX_MEASUREMENTS:

@@ -19,7 +19,8 @@ from typing import Any, TypeGuard
 
 from pytest_torch.core.units import MIB
 from pytest_torch.perf.baselines import Baseline
-from pytest_torch.perf.marker_specs import LATENCY
+from pytest_torch.perf.check_records import PerfRecord
+from pytest_torch.perf.markers import LATENCY
 from pytest_torch.perf.measure.settling import (
     NOT_JUDGED,
     Measured,
@@ -32,7 +33,6 @@ from pytest_torch.perf.measure.settling import (
     settle,
 )
 from pytest_torch.perf.measure.timing import STATISTICS, LatencyResult, fmt_ms
-from pytest_torch.perf.records import PerfRecord
 
 
 class PerfRegressionError(AssertionError):

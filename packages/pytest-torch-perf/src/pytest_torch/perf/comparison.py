@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 
 from pytest_torch.core.units import MIB
 from pytest_torch.perf.baselines import Baseline
+from pytest_torch.perf.check_records import PerfRecord
 from pytest_torch.perf.checks import Outcome, peak_mb
 from pytest_torch.perf.measure.settling import (
     BUSY,
@@ -30,7 +31,6 @@ from pytest_torch.perf.measure.settling import (
     slower_host_advice,
 )
 from pytest_torch.perf.measure.timing import STATISTICS, LatencyResult, fmt_ms
-from pytest_torch.perf.records import PerfRecord
 from pytest_torch.perf.rule import (
     MEMORY_SLACK_BYTES,
     Verdict,

@@ -1,8 +1,8 @@
 """pytest wiring of the perf plugin (entry point ``torch_perf``): options (declared in
-``options``), markers, fixtures and hooks. The work lives in plain modules: ``settings``
-(the options' values),
-``check_runner`` (latency budgets and baseline checks in a test), ``suites.runner``
-(benchmark cases), ``recording`` (records, xdist hand-over, files written at the end).
+``options``), markers (declared in ``markers``), fixtures and hooks. The work lives in
+plain modules: ``settings`` (the options' values), ``check_runner`` (latency budgets and
+baseline checks in a test), ``suites.runner`` (benchmark cases), ``session_results``
+(records gathered from the reports, xdist hand-over, files written at the end).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_torch.core.ondemand import register_once
-from pytest_torch.perf import recording
-from pytest_torch.perf.marker_specs import BENCHMARK, COMPILE_BUDGET, LATENCY
+from pytest_torch.perf import session_results
+from pytest_torch.perf.markers import BENCHMARK, COMPILE_BUDGET, LATENCY
 from pytest_torch.perf.settings import PerfSettings, read_settings, settings_key
 
 # engines are imported where used: loading the plugin stays cheap for suites that never time
@@ -62,7 +62,9 @@ class _ResultCollector:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.user_properties:
-            recording.collect(self.settings, report.when, report.skipped, report.user_properties)
+            session_results.collect(
+                self.settings, report.when, report.skipped, report.user_properties
+            )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -127,7 +129,7 @@ def torch_benchmark_case(request: pytest.FixtureRequest) -> Case:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # unittest.TestCase methods never reach pytest_generate_tests: their compile budget
     # is seen here (and its arguments checked when the test runs)
-    if any(item.get_closest_marker(COMPILE_BUDGET.name) for item in items):
+    if any(COMPILE_BUDGET.mark_on(item) for item in items):
         register_once(config, RUNNER, _Runner)
     settings = config.stash[settings_key]
     if settings.benchmark:
@@ -182,7 +184,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     settings = config.stash.get(settings_key, None)
     if settings is None:
         return
-    for title, lines in recording.summary(settings):
+    for title, lines in session_results.summary(settings):
         if title is not None:
             terminalreporter.write_sep("-", title)
         for line in lines:
@@ -202,7 +204,7 @@ def pytest_torch_runs_once(
 def pytest_torch_report_tables(config: pytest.Config) -> list[ReportTable] | None:
     """The perf and benchmark tables, for the reports other plugins write."""
     settings = config.stash.get(settings_key, None)
-    return None if settings is None else recording.report_tables(settings)
+    return None if settings is None else session_results.report_tables(settings)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -217,9 +219,9 @@ def pytest_configure_node(node: Any) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
     """xdist's controller: take over the baselines a worker recorded."""
-    recordings = getattr(node, "workeroutput", {}).get(recording.WORKER_RECORDINGS)
+    recordings = getattr(node, "workeroutput", {}).get(session_results.WORKER_RECORDINGS)
     if recordings:
-        recording.take_over(node.config.stash[settings_key], recordings)
+        session_results.take_over(node.config.stash[settings_key], recordings)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -228,11 +230,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller writes the files
-        recording.hand_to_controller(settings, workeroutput)
+        session_results.hand_to_controller(settings, workeroutput)
         return
     if settings.benchmark_results:
-        recording.write_benchmark_outputs(settings)
-    error = recording.write_baselines(settings)
+        session_results.write_benchmark_outputs(settings)
+    error = session_results.write_baselines(settings)
     if error is not None:
         writer = session.config.get_terminal_writer()
         writer.line()

@@ -18,9 +18,9 @@ from pytest_torch.core.session import xdist_worker
 
 if TYPE_CHECKING:
     from pytest_torch.perf.baselines import Baseline, BaselineFile
+    from pytest_torch.perf.check_records import PerfRecord
     from pytest_torch.perf.compilation.checks import CompileRecord
     from pytest_torch.perf.measure.timing import SamplingSettings
-    from pytest_torch.perf.records import PerfRecord
     from pytest_torch.perf.suites.cases import CaseResult
 
 

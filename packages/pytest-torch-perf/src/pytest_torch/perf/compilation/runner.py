@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_torch.perf.marker_specs import COMPILE_BUDGET
+from pytest_torch.core.markers import definition_of
+from pytest_torch.perf.markers import COMPILE_BUDGET
 
 if TYPE_CHECKING:
     from pytest_torch.perf.compilation.checks import CompileBudget
@@ -24,11 +25,10 @@ def budget(node: pytest.Item | pytest.Metafunc) -> CompileBudget | None:
     """The test's budget, None without the marker; ValueError for a malformed one."""
     from pytest_torch.perf.compilation.checks import parse_budget
 
-    definition = node.definition if isinstance(node, pytest.Metafunc) else node
-    marker = definition.get_closest_marker(MARKER)
+    marker = COMPILE_BUDGET.mark_on(node)
     if marker is None:
         return None
-    prefix = f"{definition.nodeid}: @pytest.mark.{MARKER}"
+    prefix = f"{definition_of(node).nodeid}: @pytest.mark.{MARKER}"
     values = COMPILE_BUDGET.bind(marker.args, marker.kwargs, prefix)
     return parse_budget(values, prefix, COMPILE_BUDGET.example)
 
@@ -44,7 +44,7 @@ def check_marked(metafunc: pytest.Metafunc) -> None:
 def start(item: pytest.Item) -> CompileWatch | None:
     """The watch over the test body, already running; None for a test without the
     marker."""
-    if item.get_closest_marker(MARKER) is None:
+    if COMPILE_BUDGET.mark_on(item) is None:
         return None
     try:
         test_budget = budget(item)  # checked at collection, except for unittest methods

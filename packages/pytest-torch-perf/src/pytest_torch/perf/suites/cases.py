@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from pytest_torch.perf.marker_specs import BENCHMARK
+from pytest_torch.perf.markers import BENCHMARK
 from pytest_torch.perf.rule import DEFAULT_LATENCY_TOLERANCE, tolerance_problem
 
 if TYPE_CHECKING:

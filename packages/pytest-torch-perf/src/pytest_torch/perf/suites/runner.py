@@ -21,10 +21,11 @@ def parametrize_suite(metafunc: pytest.Metafunc) -> None:
     """One test per case of a ``@benchmark_suite``; a collection error naming the test
     for a malformed declaration."""
     from pytest_torch.core.selection import device_types_for
-    from pytest_torch.perf.suites.cases import CASE_FIXTURE, MARKER, cases, parse_spec
+    from pytest_torch.perf.markers import BENCHMARK
+    from pytest_torch.perf.suites.cases import CASE_FIXTURE, cases, parse_spec
 
     node_id = metafunc.definition.nodeid
-    marker = metafunc.definition.get_closest_marker(MARKER)
+    marker = BENCHMARK.mark_on(metafunc)
     assert marker is not None
     if CASE_FIXTURE not in metafunc.fixturenames:
         raise pytest.Collector.CollectError(

@@ -28,7 +28,7 @@ def collect(settings: PerfSettings, when: str, skipped: bool, properties: Sequen
         return
     if when == "call" or (when == "setup" and skipped):
         from pytest_torch.core.properties import values_of
-        from pytest_torch.perf.records import PerfRecord
+        from pytest_torch.perf.check_records import PerfRecord
         from pytest_torch.perf.suites.cases import PROPERTY, CaseResult
 
         settings.records.extend(PerfRecord.from_properties(properties))
@@ -95,7 +95,7 @@ def summary(settings: PerfSettings) -> list[tuple[str | None, list[str]]]:
     """The end-of-run summary: (title of its section or None, lines) in order."""
     sections: list[tuple[str | None, list[str]]] = []
     if settings.records:
-        from pytest_torch.perf.records import render_table
+        from pytest_torch.perf.check_records import render_table
 
         sections.append(("torch perf", list(render_table(settings.records))))
     if settings.compile_records:
@@ -122,7 +122,7 @@ def report_tables(settings: PerfSettings) -> list[ReportTable]:
 
     tables = []
     if settings.records:
-        from pytest_torch.perf.records import render_table
+        from pytest_torch.perf.check_records import render_table
 
         tables.append(ReportTable("Performance", lambda: render_table(settings.records)))
     if settings.compile_records:

@@ -1,4 +1,5 @@
-"""The perf plugin's markers, declared once (help line and arguments)."""
+"""The perf plugin's markers, declared once (help line and arguments); importing this
+never imports the engines or torch."""
 
 from __future__ import annotations
 
