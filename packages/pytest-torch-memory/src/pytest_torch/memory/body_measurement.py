@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_torch.core.memory import PeakTracker
+from pytest_torch.memory.asked import budget_of
 from pytest_torch.memory.budgets import MARKER, budget_failure, over_budget
-from pytest_torch.memory.markers import budget_of
 from pytest_torch.memory.measured_devices import devices_to_measure
 from pytest_torch.memory.report import PeakRecord
 

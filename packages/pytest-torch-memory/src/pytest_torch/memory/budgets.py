@@ -15,7 +15,7 @@ from pytest_torch.core.devices import DeviceSpecError, parse_device_types
 from pytest_torch.core.memory import PeakMemory, format_bytes
 from pytest_torch.core.units import MIB
 from pytest_torch.memory.leak_settings import ArgumentTypeError
-from pytest_torch.memory.marker_specs import BUDGET
+from pytest_torch.memory.markers import BUDGET
 
 MARKER = BUDGET.name
 

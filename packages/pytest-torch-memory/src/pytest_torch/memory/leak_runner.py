@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_torch.memory.marker_specs import LEAK
-from pytest_torch.memory.markers import leak_check_of, runs_once
+from pytest_torch.memory.asked import leak_check_of, runs_once
+from pytest_torch.memory.markers import LEAK
 from pytest_torch.memory.measured_devices import devices_to_measure
 from pytest_torch.memory.results import LEAK_PROPERTY
 
@@ -35,7 +35,7 @@ def raised_in_run(item: pytest.Item) -> str | None:
     if found is None:
         return None
     run, iterations = found
-    marked = item.get_closest_marker(LEAK.name) is not None
+    marked = LEAK.mark_on(item) is not None
     how = (
         f"@pytest.mark.{LEAK.name} runs this test's body"
         if marked

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
 from pytest_torch.core.units import GIB, KIB, MIB
-from pytest_torch.memory.marker_specs import LEAK
+from pytest_torch.memory.markers import LEAK
 
 MARKER = LEAK.name
 DEFAULT_ITERATIONS = 5

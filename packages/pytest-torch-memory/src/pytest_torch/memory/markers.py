@@ -1,70 +1,23 @@
-"""What a test's markers ask of the memory plugin: its budget, its leak check, and
-whether its body may be repeated at all.
-
-Markers are checked at collection (a bad one is a collection error that names the
-test); the measuring modules read them again when the test runs.
-"""
+"""The memory plugin's markers, declared once (help line and arguments); importing this
+never imports the engines or torch."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pytest_torch.core.markers import MarkerSpec
 
-import pytest
-
-from pytest_torch.memory.budgets import MARKER as BUDGET_MARKER
-from pytest_torch.memory.budgets import MemoryBudget, parse_budget
-from pytest_torch.memory.leak_settings import MARKER as LEAK_MARKER
-from pytest_torch.memory.leak_settings import LeakCheck, parse_leak_check
-
-if TYPE_CHECKING:
-    from pytest_torch.memory.settings import MemorySettings
-
-
-def _definition(node: pytest.Item | pytest.Metafunc) -> pytest.Item:
-    return node.definition if isinstance(node, pytest.Metafunc) else node
-
-
-def budget_of(node: pytest.Item | pytest.Metafunc) -> MemoryBudget | None:
-    """The test's ``torch_max_memory`` budget, or None; ValueError when malformed."""
-    definition = _definition(node)
-    marker = definition.get_closest_marker(BUDGET_MARKER)
-    if marker is None:
-        return None
-    return parse_budget(marker.args, marker.kwargs, definition.nodeid)
-
-
-def leak_check_of(
-    node: pytest.Item | pytest.Metafunc, settings: MemorySettings
-) -> LeakCheck | None:
-    """The test's leak check (its marker, else ``--torch-leak-check``'s defaults), or
-    None; ValueError when the marker is malformed."""
-    definition = _definition(node)
-    marker = definition.get_closest_marker(LEAK_MARKER)
-    if marker is None:
-        return settings.leak_defaults if settings.leak_all else None
-    return parse_leak_check(marker.args, marker.kwargs, definition.nodeid, settings.leak_defaults)
-
-
-def runs_once(config: pytest.Config, nodeid: str, fixturenames: Sequence[str]) -> str | None:
-    """Why a sibling plugin needs this test's body to run once (e.g. perf timing it)."""
-    answer: str | None = config.hook.pytest_torch_runs_once(
-        config=config, nodeid=nodeid, fixturenames=tuple(fixturenames)
-    )
-    return answer
-
-
-def check_markers(metafunc: pytest.Metafunc, settings: MemorySettings) -> None:
-    """ValueError, naming the test, for a malformed budget or leak marker, or a leak
-    marker on a test whose body must run once."""
-    budget_of(metafunc)
-    leak_check_of(metafunc, settings)
-    if metafunc.definition.get_closest_marker(LEAK_MARKER) is None:
-        return
-    nodeid = metafunc.definition.nodeid
-    why = runs_once(metafunc.config, nodeid, metafunc.fixturenames)
-    if why is not None:
-        raise ValueError(
-            f"{nodeid}: @pytest.mark.{LEAK_MARKER} repeats the test body, but this test"
-            f" must run once: {why}. Check the model's step for leaks in a test of its own."
-        )
+BUDGET = MarkerSpec(
+    "torch_max_memory",
+    "fail the test if the peak memory allocated by torch during its body exceeds mb MiB"
+    " on any measured device (cpu included), or only on the device types given.",
+    positional=("mb",),
+    defaults={"device": None},
+    example="@pytest.mark.torch_max_memory(mb=512) or (torch_max_memory(512, device='cuda'))",
+)
+LEAK = MarkerSpec(
+    "torch_memory_leak",
+    "run the test body once to warm up and then iterations more times; fail if every run"
+    " leaves more live tensors or bytes behind.",
+    positional=("iterations",),
+    defaults={"iterations": 5, "tolerance_tensors": 0, "tolerance_bytes": 0},
+    example="@pytest.mark.torch_memory_leak(iterations=5, tolerance_bytes='64KiB')",
+)

@@ -3,11 +3,12 @@
 Options, the ``torch_max_memory`` and ``torch_memory_leak`` markers, the per-test
 hooks around each test body (registered only once a test or an option needs them)
 and the end-of-run sections. What they do lives in plain modules: ``settings`` (the
-options), ``markers`` (what a test's markers ask), ``measured_devices`` (which devices
-a body is measured on), ``body_measurement`` (a body against its budget),
-``leak_runner`` (the repeated runs of the leak check), ``results`` (peaks and known
-leaks gathered from the reports), and the engines ``budgets``, ``census``, ``leaks``,
-``culprits`` and ``report``. Importing this module never imports torch.
+options), ``markers`` (the markers' declarations), ``asked`` (what a test's markers
+ask), ``measured_devices`` (which devices a body is measured on), ``body_measurement``
+(a body against its budget), ``leak_runner`` (the repeated runs of the leak check),
+``results`` (peaks and known leaks gathered from the reports), and the engines
+``budgets``, ``census``, ``leaks``, ``culprits`` and ``report``. Importing this module
+never imports torch.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ import pytest
 
 from pytest_torch.core.ondemand import register_once
 from pytest_torch.core.options import add_flag_with_ini, add_option_with_ini
-from pytest_torch.memory.marker_specs import BUDGET, LEAK
+from pytest_torch.memory.markers import BUDGET, LEAK
+from pytest_torch.memory.settings import read_settings, settings_key
 
 if TYPE_CHECKING:
     from pytest_torch.core.tables import ReportTable
     from pytest_torch.memory.results import MemoryResults
-    from pytest_torch.memory.settings import MemorySettings
 
 pytest_plugins = ["torch_core"]
 
@@ -33,8 +34,6 @@ BUDGET_MARKER = BUDGET.name
 LEAK_MARKER = LEAK.name
 RUNNER = "torch_memory_runner"
 RESULTS = "torch_memory_results"
-
-settings_key: pytest.StashKey[MemorySettings] = pytest.StashKey()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -100,8 +99,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     BUDGET.register(config)
     LEAK.register(config)
-    from pytest_torch.memory.settings import read_settings
-
     settings = read_settings(config)
     config.stash[settings_key] = settings
     config.pluginmanager.register(_PeakCollector(settings.results), RESULTS)
@@ -126,7 +123,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if BUDGET_MARKER not in names and LEAK_MARKER not in names:
         return
     register_once(metafunc.config, RUNNER, _Runner)
-    from pytest_torch.memory.markers import check_markers
+    from pytest_torch.memory.asked import check_markers
 
     try:
         check_markers(metafunc, metafunc.config.stash[settings_key])
@@ -141,7 +138,7 @@ class _Runner:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         settings = item.config.stash[settings_key]
-        if not settings.report_all and item.get_closest_marker(BUDGET_MARKER) is None:
+        if not settings.report_all and BUDGET.mark_on(item) is None:
             return (yield)
         from pytest_torch.memory.body_measurement import BodyMeasurement
 
@@ -176,7 +173,7 @@ class _Runner:
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
         settings = pyfuncitem.config.stash[settings_key]
-        if not settings.leak_all and pyfuncitem.get_closest_marker(LEAK_MARKER) is None:
+        if not settings.leak_all and LEAK.mark_on(pyfuncitem) is None:
             return (yield)
         from pytest_torch.memory.leak_runner import leak_check_to_run, repeating_body
 

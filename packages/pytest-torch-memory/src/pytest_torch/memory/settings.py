@@ -1,4 +1,5 @@
-"""The memory options of a session, read and checked once at start-up.
+"""The memory options of a session, read and checked once at start-up and kept in
+``config.stash[settings_key]``.
 
 A bad value stops the run with a usage error that names where it came from (the flag,
 or the ini file) and what was expected.
@@ -29,6 +30,9 @@ class MemorySettings:
         #: tests per device in the end-of-run table
         self.top = top
         self.results = MemoryResults()
+
+
+settings_key = pytest.StashKey[MemorySettings]()
 
 
 def read_settings(config: pytest.Config) -> MemorySettings:
