@@ -10,7 +10,8 @@ cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG`` before the first CUDA matrix product of
 process (see ``cublas``): the plugin sets it when the initial conftests are about to be
 imported, before any of them can touch CUDA, or at configure time for a plugin
 registered later (a conftest's ``pytest_plugins``), and removes it when pytest is done.
-The checks themselves are plain functions (``assertion``, ``diagnosis``).
+The checks themselves are plain functions (``assertion``, ``diagnosis``); the options'
+values live in ``settings``.
 """
 
 from __future__ import annotations
@@ -23,26 +24,10 @@ import pytest
 
 from pytest_torch.core.options import add_flag_with_ini, option_or_ini
 from pytest_torch.core.reports import add_section
+from pytest_torch.determinism.settings import DeterminismSettings, settings_key
 
 pytest_plugins = ["torch_core"]
 
-
-class DeterminismSettings:
-    # a plain class, not a dataclass: building one costs start-up time on every run
-    def __init__(self, enabled: bool, warn_only: bool) -> None:
-        self.enabled = enabled
-        self.warn_only = warn_only
-        #: whether the plugin set CUBLAS_WORKSPACE_CONFIG (and removes it at the end)
-        self.cublas_set = False
-        #: the header's line about CUBLAS_WORKSPACE_CONFIG
-        self.cublas_line: str | None = None
-        #: tests set up in this run, and those deterministic mode was applied to (the
-        #: controller counts its workers' reports under xdist)
-        self.tests = 0
-        self.applied = 0
-
-
-settings_key = pytest.StashKey[DeterminismSettings]()
 #: set on a test for which --torch-deterministic turned deterministic mode on
 applied_key = pytest.StashKey[bool]()
 
