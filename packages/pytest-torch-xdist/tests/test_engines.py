@@ -12,6 +12,7 @@ import torch
 from pytest_torch.core import devices
 from pytest_torch.xdist import gpus, threads, workers
 from pytest_torch.xdist.locks import GpuLock
+from pytest_torch.xdist.settings import XdistSettings
 
 # these tests draw from the global random generators; torch_seed restores them
 pytestmark = pytest.mark.usefixtures("torch_seed")
@@ -215,7 +216,7 @@ def test_worker_counts_and_numbers():
 
 def test_the_controller_plans_each_worker(two_fake_gpus, monkeypatch):
     monkeypatch.setattr(devices, "total_memory", lambda device: 16 * 2**30)
-    settings = workers.XdistSettings("auto", 3, None)
+    settings = XdistSettings("auto", 3, None)
     settings.gpus, settings.narrow, settings.fraction = gpus.GpuPlan("cuda", (1, 0)), True, "auto"
     planned = workers.plan_assignments(settings, [], "--gpus", {"CUDA_VISIBLE_DEVICES": "4,6"})
     # GPU 1 is shared by workers 0 and 2: (16 - 1 - 2) / 2 GiB each; GPU 0 by worker 1 alone

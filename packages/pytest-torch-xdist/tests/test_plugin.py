@@ -511,7 +511,8 @@ def test_the_controller_gives_a_restarted_spec_the_same_assignment():
 
     from pytest_torch.xdist import gpus
     from pytest_torch.xdist.plugin import _Controller
-    from pytest_torch.xdist.workers import ASSIGNMENT_KEY, XdistSettings
+    from pytest_torch.xdist.settings import XdistSettings
+    from pytest_torch.xdist.workers import ASSIGNMENT_KEY
 
     settings = XdistSettings("auto", 2, None)
     settings.assignments = [

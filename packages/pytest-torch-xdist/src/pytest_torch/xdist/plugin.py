@@ -9,7 +9,8 @@ each worker: its memory fraction, ``torch_device`` mapping through core's
 test holds (``torch_gpu_exclusive`` tests exclusively). Without ``-n`` the plugin applies
 an explicit ``--torch-num-threads=N``, ``--torch-gpu-memory-fraction`` and the
 ``torch_threads`` marker. The decisions live in :mod:`.workers`, :mod:`.gpus`,
-:mod:`.threads` and :mod:`.locks`; this module only connects them to pytest.
+:mod:`.threads` and :mod:`.locks`, what was decided in :mod:`.settings` and the markers
+in :mod:`.markers`; this module only connects them to pytest.
 """
 
 from __future__ import annotations
@@ -20,26 +21,20 @@ from typing import Any
 import pytest
 
 from pytest_torch.core.cpus import available_cores
-from pytest_torch.core.markers import MarkerSpec
 from pytest_torch.core.ondemand import register_once
 from pytest_torch.core.options import add_option_with_ini, option_or_ini, option_source
 from pytest_torch.xdist import threads, workers
 from pytest_torch.xdist.gpus import GpuSettingError
-from pytest_torch.xdist.threads import THREADS_MARKER
-from pytest_torch.xdist.workers import ASSIGNMENT_KEY, LOCK_DIR_KEY, XdistSettings
+from pytest_torch.xdist.markers import EXCLUSIVE, THREADS
+from pytest_torch.xdist.settings import XdistSettings, settings_key
+from pytest_torch.xdist.workers import ASSIGNMENT_KEY, LOCK_DIR_KEY
 
 pytest_plugins = ["torch_core"]
 
-EXCLUSIVE = MarkerSpec(
-    "torch_gpu_exclusive",
-    "run this test with its GPU to itself: no other test of any xdist worker runs on that"
-    " GPU meanwhile (no-op without xdist or GPUs).",
-)
 EXCLUSIVE_MARKER = EXCLUSIVE.name
 #: the plugin name of the per-test hooks (:class:`_Runner`), registered on demand
 RUNNER = "torch_xdist_runner"
 
-settings_key = pytest.StashKey[XdistSettings]()
 threads_before_key = pytest.StashKey[int]()
 
 
@@ -98,7 +93,7 @@ def _worker_count(config: pytest.Config) -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     EXCLUSIVE.register(config)
-    threads.THREADS.register(config)
+    THREADS.register(config)
     fraction_source = option_source(
         config, "torch_gpu_memory_fraction", "--torch-gpu-memory-fraction"
     )
@@ -187,14 +182,14 @@ def pytest_torch_resolve_device(config: pytest.Config, device_type: str) -> str 
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    exclusive = metafunc.definition.get_closest_marker(EXCLUSIVE_MARKER)
+    exclusive = EXCLUSIVE.mark_on(metafunc)
     if exclusive is not None and (exclusive.args or exclusive.kwargs):
         raise pytest.Collector.CollectError(
             f"{metafunc.definition.nodeid}: @pytest.mark.{EXCLUSIVE_MARKER} takes no"
             f" arguments (the test gets the whole GPU it runs on); got args"
             f" {exclusive.args!r}, kwargs {exclusive.kwargs!r}"
         )
-    marker = metafunc.definition.get_closest_marker(THREADS_MARKER)
+    marker = THREADS.mark_on(metafunc)
     if marker is not None:
         register_once(metafunc.config, RUNNER, _Runner)
         try:
@@ -212,7 +207,7 @@ class _Runner:
         settings = item.config.stash[settings_key]
         if settings.applied is not None and settings.applied.pending is not None:
             threads.sync_torch(settings.applied)
-        marker = item.get_closest_marker(THREADS_MARKER)
+        marker = THREADS.mark_on(item)
         if marker is not None:
             count = threads.pinned_count(marker.args, marker.kwargs, item.nodeid)
             item.stash[threads_before_key] = threads.pin(count)
@@ -232,6 +227,6 @@ class _Runner:
         lock = item.config.stash[settings_key].lock
         if lock is None:
             return (yield)
-        exclusive = item.get_closest_marker(EXCLUSIVE_MARKER) is not None
+        exclusive = EXCLUSIVE.mark_on(item) is not None
         with lock.exclusive() if exclusive else lock.shared():
             return (yield)

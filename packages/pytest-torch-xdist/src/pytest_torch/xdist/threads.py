@@ -16,17 +16,10 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from pytest_torch.core.cpus import overrun
-from pytest_torch.core.markers import MarkerSpec
+from pytest_torch.xdist.markers import THREADS
 
 #: variables that size the thread pools of OpenMP and MKL (and so torch's default)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-#: the marker that pins one test's torch thread count
-THREADS = MarkerSpec(
-    "torch_threads",
-    "run this test with n torch intra-op threads, restored after.",
-    positional=("n",),
-    example="@pytest.mark.torch_threads(1)",
-)
 THREADS_MARKER = THREADS.name
 
 

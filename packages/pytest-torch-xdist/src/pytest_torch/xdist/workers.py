@@ -4,7 +4,8 @@ The controller (or a plain run without xdist) reads the options, decides which G
 memory fraction each worker gets (:class:`~pytest_torch.xdist.gpus.Assignment`), which
 visibility variable narrows each worker to its GPU, and makes the folder of the per-GPU
 locks. Each worker applies its thread share and its assignment. Every change made here
-is recorded in :class:`XdistSettings` and undone by :func:`undo`. Nothing here imports
+is recorded in :class:`~pytest_torch.xdist.settings.XdistSettings` and undone by
+:func:`undo`. Nothing here imports
 torch or needs pytest: errors are :class:`~pytest_torch.xdist.gpus.GpuSettingError`,
 which the plugin turns into usage errors.
 """
@@ -22,35 +23,11 @@ from pytest_torch.core import devices
 from pytest_torch.xdist import gpus, threads
 from pytest_torch.xdist.gpus import Assignment, GpuPlan, GpuSettingError
 from pytest_torch.xdist.locks import GpuLock
+from pytest_torch.xdist.settings import XdistSettings
 
 #: keys of the controller's gifts in each worker's ``workerinput``
 LOCK_DIR_KEY = "torch_xdist_lock_dir"
 ASSIGNMENT_KEY = "torch_xdist_assignment"
-
-
-class XdistSettings:
-    """What this process (controller, worker or plain run) decided at start-up."""
-
-    # a plain class, not a dataclass: building one costs start-up time on every run
-    def __init__(self, threads_setting: str | int, workers: int, worker: int | None) -> None:
-        self.threads_setting = threads_setting
-        self.workers = workers  # 0 without xdist
-        self.worker = worker  # this worker's number, None outside workers
-        self.gpus: GpuPlan | None = None
-        self.narrow = False  # --torch-xdist-gpus given: each worker sees only its GPU
-        self.fraction: float | str | None = None
-        self.assignments: list[Assignment] = []  # controller: one per worker
-        self.assignment: Assignment | None = None  # worker: its own
-        self.device: str | None = None  # what the worker's GPU is called in the worker
-        self.fraction_device: str | None = None
-        #: the fraction in force before ours (torch's default 1.0 unless someone set one)
-        self.fraction_before = 1.0
-        self.applied: threads.Applied | None = None
-        self.plan: threads.Plan | None = None
-        self.lock: GpuLock | None = None
-        self.lock_dir: Path | None = None
-        self.owns_lock_dir = False
-        self.warning: str | None = None  # more threads than cores
 
 
 def worker_number(workerid: object) -> int:
