@@ -14,7 +14,7 @@ replaced or chained.
 per failed test at the end of the run, and a Markdown job summary when
 ``$GITHUB_STEP_SUMMARY`` is set (:mod:`.github`). Only the controller reports under
 xdist. With pytest-html, the report gets the heatmaps and the family's tables
-(:mod:`.html_report`).
+(:mod:`.html_report`). The options' values live in :mod:`.settings`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_torch.ci.settings import CiSettings, settings_key
 from pytest_torch.core.ondemand import register_once
 from pytest_torch.core.options import add_option_with_ini, option_or_ini, option_source
 from pytest_torch.core.session import xdist_worker
@@ -35,15 +36,6 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["torch_core"]
 
-
-class CiSettings:
-    # a plain class, not a dataclass: building one costs start-up time on every run
-    def __init__(self, artifacts: Path | None, root: Path) -> None:
-        self.artifacts = artifacts
-        self.root = root
-
-
-settings_key = pytest.StashKey[CiSettings]()
 #: mismatches announced in the running test phase, not yet known to be failures
 pending_key = pytest.StashKey[list["TensorMismatchError"]]()
 
