@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytest_torch.core import devices
+from pytest_torch.core.units import KIB
 
 if TYPE_CHECKING:
     import torch
@@ -311,10 +312,10 @@ def format_bytes(count: float) -> str:
     """``"812.4 MiB"``, ``"3.0 KiB"``, ``"12 B"`` (signed when negative)."""
     sign = "-" if count < 0 else ""
     count = abs(count)
-    if count < 1024:
+    if count < KIB:
         return f"{sign}{count:.0f} B"
     for unit in ("KiB", "MiB", "GiB"):
-        count /= 1024
-        if count < 1024 or unit == "GiB":
+        count /= KIB
+        if count < KIB or unit == "GiB":
             break
     return f"{sign}{count:.1f} {unit}"

@@ -16,13 +16,13 @@ from pytest_torch.core.units import GIB
 #: accelerator types a worker can be given, in order of preference
 GPU_TYPES = ("cuda", "xpu")
 #: memory kept back once per GPU (driver, the allocators' fragmentation) by ``auto``
-GPU_RESERVE_BYTES = 1 << 30
+GPU_RESERVE_BYTES = GIB
 #: memory kept back for each process on a GPU by ``auto``: its CUDA/XPU context and the
 #: kernels and handles of cuBLAS/cuDNN live outside the caching allocator, so the
 #: per-process fraction does not count them (a context alone is 0.3-0.6 GiB)
-PROCESS_RESERVE_BYTES = 1 << 30
+PROCESS_RESERVE_BYTES = GIB
 #: below this much memory per worker, ``auto`` refuses to start
-MIN_SHARE_BYTES = 1 << 30
+MIN_SHARE_BYTES = GIB
 VISIBILITY_VARIABLES = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
 
