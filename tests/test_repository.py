@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import configparser
 import re
 import tomllib
@@ -126,6 +127,55 @@ def test_siblings_meet_only_through_cores_public_modules():
                     if not allowed:
                         where = source.relative_to(REPO)
                         problems.append(f"{where}:{node.lineno} imports {name}")
+    assert not problems, "\n".join(problems)
+
+
+def _named(node):
+    """``MarkerSpec`` for ``MarkerSpec`` and ``markers.MarkerSpec``; the text of a string
+    annotation (``"CiSettings"``); None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def test_markers_settings_and_marker_lookups_each_have_one_home():
+    """Every package declares its `MarkerSpec`s in its `markers` module and keeps its
+    settings' stash key (`StashKey[...Settings]`) in its `settings` module; a test's
+    marker is asked of its spec (`MarkerSpec.mark_on`), so only core's `markers` calls
+    `get_closest_marker`."""
+    problems = []
+    for folder in FOLDERS:
+        for package in sorted((folder / "src" / "pytest_torch").glob("*/")):
+            for source in sorted(package.rglob("*.py")):
+                module = ".".join(source.relative_to(package).with_suffix("").parts)
+                where = source.relative_to(REPO)
+                for node in ast.walk(ast.parse(source.read_text())):
+                    if (
+                        isinstance(node, ast.Call)
+                        and _named(node.func) == "MarkerSpec"
+                        and module != "markers"
+                    ):
+                        problems.append(f"{where}:{node.lineno} declares a MarkerSpec")
+                    if (
+                        isinstance(node, ast.Subscript)
+                        and _named(node.value) == "StashKey"
+                        and (_named(node.slice) or "").endswith("Settings")
+                        and module != "settings"
+                    ):
+                        problems.append(f"{where}:{node.lineno} makes a settings StashKey")
+                    if (
+                        isinstance(node, ast.Attribute)
+                        and node.attr == "get_closest_marker"
+                        and (package.name, module) != ("core", "markers")
+                    ):
+                        problems.append(
+                            f"{where}:{node.lineno} calls get_closest_marker (use the"
+                            f" spec's mark_on)"
+                        )
     assert not problems, "\n".join(problems)
 
 
