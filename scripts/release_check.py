@@ -64,20 +64,21 @@ SCENARIOS = [
 #: raises ImportError naming the distribution to install
 CHECK_NAMES = """
 import importlib, pytest_torch
-from pytest_torch.core.lazy import distribution_of, is_installed
+from pytest_torch.core.lazy import declared_exports, distribution_of, is_installed
+declared = declared_exports(pytest_torch.__file__)
 missing = set()
-for name, module in pytest_torch._EXPORTS.items():
-    if is_installed(module):
-        assert getattr(pytest_torch, name) is getattr(importlib.import_module(module), name)
+for name, package in declared.items():
+    if is_installed(package):
+        assert getattr(pytest_torch, name) is getattr(importlib.import_module(package), name)
         continue
     try:
         exec(f"from pytest_torch import {name}")
     except ImportError as error:
-        assert f"is part of {distribution_of(module)}, which is not installed" in str(error)
-        missing.add(distribution_of(module))
+        assert f"is part of {distribution_of(package)}, which is not installed" in str(error)
+        missing.add(distribution_of(package))
     else:
         raise AssertionError(f"{name} imported without its package")
-print(len(pytest_torch._EXPORTS), "names;", "not installed:", sorted(missing) or "none")
+print(len(declared), "names;", "not installed:", sorted(missing) or "none")
 """
 
 LIST_PLUGINS = (

@@ -286,3 +286,36 @@ def test_no_sub_package_shares_its_name_with_a_module_beside_it():
         if init.parent.with_suffix(".py").exists()
     ]
     assert not clashes, clashes
+
+
+def test_public_names_are_declared_once_and_the_root_says_the_same():
+    """A package's public names are its `from M import N as N` lines under TYPE_CHECKING;
+    the namespace root re-exports each from its package, and nothing else lists them."""
+    from pytest_torch.core.lazy import declared_exports
+
+    core_src = REPO / "packages" / "pytest-torch-core" / "src"
+    root = declared_exports(str(core_src / "pytest_torch" / "__init__.py"))
+    packages = set()
+    for init in sorted(REPO.glob("packages/*/src/pytest_torch/*/__init__.py")):
+        package = f"pytest_torch.{init.parent.name}"
+        packages.add(package)
+        own = declared_exports(str(init))
+        from_root = sorted(name for name, where in root.items() if where == package)
+        assert from_root == sorted(own), f"{init}: the root re-exports {from_root}"
+        src = init.parents[2]
+        for name, module in own.items():
+            path = src / Path(*module.split("."))
+            assert path.with_suffix(".py").exists() or (path / "__init__.py").exists(), module
+            assert re.search(
+                rf"^(class|def) {name}\b|^{name}\b", path.with_suffix(".py").read_text(), re.M
+            ), f"{module} defines no {name}"
+        tree = ast.parse(init.read_text())
+        assigned = [
+            t.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        ]
+        assert "__all__" not in assigned, f"{init}: __all__ follows from the declaration"
+    assert set(root.values()) <= packages, "the root re-exports a package that does not exist"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 
 import pytest
 
-from pytest_torch.core.lazy import distribution_of, lazy_exports
+from pytest_torch.core.lazy import declared_exports, distribution_of, lazy_exports
 
 
 @pytest.fixture
@@ -43,6 +44,42 @@ def test_unknown_and_uninstalled_names_are_explained(package):
     assert "--find-links DIR 'pytest-torch-nothing==" in message
     assert "(or 'pytest-torch==" in message, "the meta-package's name needs its pin"
     assert distribution_of("pytest_torch.perf.syncs") == "pytest-torch-perf"
+    assert package.__all__ == ["dumps", "missing"]
+
+
+def test_a_package_declares_its_names_once_in_its_type_checking_imports(tmp_path):
+    init = tmp_path / "__init__.py"
+    init.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import typing\n"
+        "if TYPE_CHECKING:\n"
+        "    from json import dumps as dumps\n"
+        "    from os.path import join as join, split as split\n"
+        "if typing.TYPE_CHECKING:\n"
+        "    from json import loads as loads\n"
+        "from json import JSONDecoder\n"
+    )
+    assert declared_exports(str(init)) == {
+        "dumps": "json",
+        "join": "os.path",
+        "split": "os.path",
+        "loads": "json",
+    }
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("from json import dumps", "from json import dumps as dumps"),
+        ("from json import dumps as d", "from json import dumps as dumps"),
+        ("import json", "only 'from M import N as N'"),
+    ],
+)
+def test_a_declaration_type_checkers_would_not_see_reexported_is_refused(tmp_path, line, says):
+    init = tmp_path / "__init__.py"
+    init.write_text(f"from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    {line}\n")
+    with pytest.raises(ValueError, match=re.escape(says)):
+        declared_exports(str(init))
 
 
 def test_an_installed_package_that_fails_to_import_raises_its_own_error(

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 import pytest_torch
-from pytest_torch.core.lazy import distribution_of, is_installed
+from pytest_torch.core.lazy import (
+    declared_exports,
+    distribution_of,
+    installed_packages,
+    is_installed,
+)
 
 CORE_SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -28,14 +33,15 @@ def test_the_root_is_cores_and_starts_with_extend_path():
 
 
 def test_every_name_resolves_or_names_the_distribution_to_install():
-    assert sorted(pytest_torch.__all__) == sorted(pytest_torch._EXPORTS)
-    for name, module_name in pytest_torch._EXPORTS.items():
-        if is_installed(module_name):
+    declared = declared_exports(pytest_torch.__file__)
+    assert sorted(pytest_torch.__all__) == sorted(declared)
+    for name, package in declared.items():
+        if is_installed(package):
             value = getattr(pytest_torch, name)
-            assert value is getattr(importlib.import_module(module_name), name), name
+            assert value is getattr(importlib.import_module(package), name), name
             assert name in dir(pytest_torch)
         else:
-            distribution = distribution_of(module_name)
+            distribution = distribution_of(package)
             with pytest.raises(ImportError, match=f"is part of {distribution}, which is not"):
                 exec(f"from pytest_torch import {name}", {})
             assert name not in dir(pytest_torch)
@@ -58,16 +64,15 @@ def test_importing_the_root_does_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
-def test_each_installed_package_serves_its_part_of_the_one_catalogue():
-    from pytest_torch.core.lazy import FAMILY_EXPORTS, exports_of
-
-    parts = {}
-    for package in ("core", "perf", "memory", "determinism", "xdist", "ci"):
-        parts[package] = exports_of(package)
-        if not is_installed(f"pytest_torch.{package}"):
-            continue
-        module = importlib.import_module(f"pytest_torch.{package}")
-        if hasattr(module, "_EXPORTS"):
-            assert parts[package] == module._EXPORTS, package
-            assert sorted(module.__all__) == sorted(parts[package]), package
-    assert sum(len(part) for part in parts.values()) == len(FAMILY_EXPORTS)
+def test_the_root_declares_what_each_installed_package_declares():
+    """A package declares its names once; the root's declaration (what type checkers
+    read, and what names a distribution that is not installed) must say the same."""
+    root = declared_exports(pytest_torch.__file__)
+    for package in installed_packages():
+        module = importlib.import_module(package)
+        own = declared_exports(module.__file__)
+        assert sorted(name for name, where in root.items() if where == package) == sorted(own)
+        assert sorted(getattr(module, "__all__", [])) == sorted(own), package
+        for name, module_name in own.items():
+            assert getattr(module, name) is getattr(importlib.import_module(module_name), name)
+    assert "pytest_torch.core" in installed_packages()

@@ -40,10 +40,13 @@ def _requirement_names(requirements: list[str]) -> dict[str, str]:
 
 
 def test_every_reexported_name_resolves_with_the_whole_family_installed():
-    assert sorted(pytest_torch.__all__) == sorted(pytest_torch._EXPORTS)
+    from pytest_torch.core.lazy import declared_exports
+
+    declared = declared_exports(pytest_torch.__file__)
+    assert sorted(pytest_torch.__all__) == sorted(declared)
     for name in pytest_torch.__all__:
         value = getattr(pytest_torch, name)
-        module = importlib.import_module(pytest_torch._EXPORTS[name])
+        module = importlib.import_module(declared[name])
         assert value is getattr(module, name), name
         assert name in dir(pytest_torch)
 

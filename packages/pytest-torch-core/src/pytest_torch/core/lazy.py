@@ -1,55 +1,67 @@
-"""Public names imported on first use (PEP 562), for the family's package ``__init__``s.
+"""Public names imported on first use (PEP 562), declared once per package.
 
-Importing a plugin package must stay cheap and never import torch, so packages list
-their public names with the module that defines each, and resolve them lazily::
+A package of the family declares its public names once, as the imports under
+``if TYPE_CHECKING:`` in its ``__init__``, each in the explicit re-export form::
 
-    __getattr__, __dir__ = lazy_exports(__name__, {"assert_close": "pytest_torch.core.compare"})
+    if TYPE_CHECKING:
+        from pytest_torch.perf.syncs.checks import assert_no_host_sync as assert_no_host_sync
+
+    __getattr__, __dir__ = package_exports(__name__, __file__)
+
+Type checkers read those lines as they are; at run time they are read, not executed
+(importing a plugin package must stay cheap and never import torch), and each name is
+imported from its module on first use. ``__all__`` follows from them too.
+
+The namespace root ``pytest_torch`` (shipped by core) re-exports every package's names
+the same way, from the packages (``from pytest_torch.perf import X as X``), and learns
+which packages are installed from the namespace itself, never from a list of
+modules: its own declaration serves type checkers and names the distribution to
+install for a package that is not there. A test checks that the root and the packages
+agree.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
+import pkgutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
 from typing import Any
 
-#: every public name of the family -> the module that defines it: the one catalogue, for
-#: the namespace root (``from pytest_torch import X``) and each package's ``__init__``
-FAMILY_EXPORTS: dict[str, str] = {
-    "assert_close": "pytest_torch.core.compare",
-    "Mismatch": "pytest_torch.core.compare",
-    "TensorMismatchError": "pytest_torch.core.compare",
-    "HardwareFingerprint": "pytest_torch.core.fingerprint",
-    "hardware_fingerprint": "pytest_torch.core.fingerprint",
-    "PeakMemory": "pytest_torch.core.memory",
-    "PeakTracker": "pytest_torch.core.memory",
-    "LatencyResult": "pytest_torch.perf.measure.timing",
-    "PerfNotJudgedError": "pytest_torch.perf.checks",
-    "PerfRegressionError": "pytest_torch.perf.checks",
-    "GraphBreakError": "pytest_torch.perf.compilation.checks",
-    "assert_no_graph_breaks": "pytest_torch.perf.compilation.checks",
-    "assert_no_host_sync": "pytest_torch.perf.syncs.checks",
-    "benchmark_suite": "pytest_torch.perf.suites.cases",
-    "find_host_syncs": "pytest_torch.perf.syncs.checks",
-    "measure_latency": "pytest_torch.perf.measure.calls",
-    "MemoryBudgetError": "pytest_torch.memory.budgets",
-    "MemoryLeakError": "pytest_torch.memory.leaks",
-    "assert_max_memory": "pytest_torch.memory.api",
-    "assert_no_memory_leak": "pytest_torch.memory.api",
-    "CannotCompare": "pytest_torch.determinism.outputs",
-    "Diagnosis": "pytest_torch.determinism.diagnosis",
-    "InputsChangedWarning": "pytest_torch.determinism.assertion",
-    "NondeterminismError": "pytest_torch.determinism.assertion",
-    "assert_deterministic": "pytest_torch.determinism.assertion",
-    "diagnose_nondeterminism": "pytest_torch.determinism.diagnosis",
-}
+Exports = tuple[Callable[[str], Any], Callable[[], list[str]]]
 
 
-def exports_of(package: str) -> dict[str, str]:
-    """The part of :data:`FAMILY_EXPORTS` that ``pytest_torch.<package>`` defines."""
-    prefix = f"pytest_torch.{package}."
-    return {name: module for name, module in FAMILY_EXPORTS.items() if module.startswith(prefix)}
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+@cache
+def declared_exports(source: str) -> dict[str, str]:
+    """Public name -> the module it is imported from, as declared by the
+    ``from M import N as N`` lines under ``if TYPE_CHECKING:`` of a package's
+    ``__init__`` (``source`` is its path)."""
+    tree = ast.parse(Path(source).read_text(encoding="utf-8"), filename=source)
+    exports: dict[str, str] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.If) and _is_type_checking(node.test)):
+            continue
+        for statement in node.body:
+            if not isinstance(statement, ast.ImportFrom) or not statement.module:
+                raise ValueError(f"{source}: only 'from M import N as N' under TYPE_CHECKING")
+            for alias in statement.names:
+                if alias.asname != alias.name:
+                    raise ValueError(
+                        f"{source}: write 'from {statement.module} import {alias.name} as"
+                        f" {alias.name}' so that type checkers see it re-exported"
+                    )
+                exports[alias.name] = statement.module
+    return exports
 
 
 def distribution_of(module_name: str) -> str:
@@ -94,10 +106,25 @@ def install_hint(distribution: str) -> str:
     )
 
 
-def lazy_exports(
-    package: str, exports: Mapping[str, str]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """A module ``__getattr__`` and ``__dir__`` serving ``exports`` (name -> module).
+def _not_installed(package: str, name: str, module_name: str) -> ImportError:
+    distribution = distribution_of(module_name)
+    return ImportError(
+        f"{package}.{name} is part of {distribution}, which is not installed:"
+        f" {install_hint(distribution)}.",
+        name=_feature_package(module_name),
+    )
+
+
+def _serve(package: str, name: str, module_name: str) -> Any:
+    """The value of ``name`` from ``module_name``, cached in ``package``'s namespace."""
+    value = getattr(importlib.import_module(module_name), name)
+    setattr(sys.modules[package], name, value)
+    return value
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> Exports:
+    """A module ``__getattr__`` and ``__dir__`` serving ``exports`` (name -> module);
+    ``__all__`` is their names.
 
     A resolved name is cached in the package's namespace. A name whose package is not
     installed raises ImportError saying which distribution to install; an installed
@@ -105,22 +132,68 @@ def lazy_exports(
     """
 
     def __getattr__(name: str) -> Any:
+        if name == "__all__":
+            return sorted(exports)
         module_name = exports.get(name)
         if module_name is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         if not is_installed(module_name):
-            distribution = distribution_of(module_name)
-            raise ImportError(
-                f"{package}.{name} is part of {distribution}, which is not installed:"
-                f" {install_hint(distribution)}.",
-                name=_feature_package(module_name),
-            )
-        value = getattr(importlib.import_module(module_name), name)
-        setattr(sys.modules[package], name, value)
-        return value
+            raise _not_installed(package, name, module_name)
+        return _serve(package, name, module_name)
 
     def __dir__() -> list[str]:
         available = {name for name, module in exports.items() if is_installed(module)}
         return sorted(set(vars(sys.modules[package])) | available)
+
+    return __getattr__, __dir__
+
+
+def package_exports(package: str, init_file: str) -> Exports:
+    """``__getattr__`` and ``__dir__`` of a family package whose ``__init__`` (at
+    ``init_file``) declares its public names under ``if TYPE_CHECKING:``."""
+    return lazy_exports(package, declared_exports(init_file))
+
+
+def installed_packages(namespace: str = "pytest_torch") -> list[str]:
+    """The family's packages installed in this environment (``pytest_torch.perf``, ...),
+    found in the namespace's portions without importing any of them."""
+    root = sys.modules.get(namespace) or importlib.import_module(namespace)
+    return sorted(
+        f"{namespace}.{found.name}"
+        for found in pkgutil.iter_modules(root.__path__)
+        if found.ispkg
+    )
+
+
+@cache
+def _installed_exports(namespace: str) -> dict[str, str]:
+    """Public name -> its package, for every installed package of the family."""
+    exports: dict[str, str] = {}
+    for package in installed_packages(namespace):
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            continue
+        exports.update(dict.fromkeys(declared_exports(spec.origin), package))
+    return exports
+
+
+def namespace_exports(namespace: str, init_file: str) -> Exports:
+    """``__getattr__`` and ``__dir__`` of the namespace root: every installed package's
+    public names, served from that package; a name the root declares for a package
+    that is not installed raises ImportError naming the distribution to install."""
+    declared = declared_exports(init_file)
+
+    def __getattr__(name: str) -> Any:
+        if name == "__all__":
+            return sorted(declared)
+        package = _installed_exports(namespace).get(name)
+        if package is not None:
+            return _serve(namespace, name, package)
+        if name in declared and not is_installed(declared[name]):
+            raise _not_installed(namespace, name, declared[name])
+        raise AttributeError(f"module {namespace!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[namespace])) | set(_installed_exports(namespace)))
 
     return __getattr__, __dir__

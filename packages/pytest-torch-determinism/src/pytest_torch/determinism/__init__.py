@@ -1,35 +1,23 @@
 """pytest-torch-determinism: determinism checks that say why.
 
-Public names: :func:`assert_deterministic`, :func:`diagnose_nondeterminism`,
-:class:`Diagnosis`, :class:`NondeterminismError`, :class:`CannotCompare`,
-:class:`InputsChangedWarning`. Imported on first use; nothing here
-imports torch.
+Its public names are the imports under ``TYPE_CHECKING`` below, each imported on first
+use; nothing here imports torch.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_torch.core.lazy import exports_of, lazy_exports
+from pytest_torch.core.lazy import package_exports
 
 if TYPE_CHECKING:
-    from pytest_torch.determinism.assertion import (
-        InputsChangedWarning,
-        NondeterminismError,
-        assert_deterministic,
+    from pytest_torch.determinism.assertion import InputsChangedWarning as InputsChangedWarning
+    from pytest_torch.determinism.assertion import NondeterminismError as NondeterminismError
+    from pytest_torch.determinism.assertion import assert_deterministic as assert_deterministic
+    from pytest_torch.determinism.diagnosis import Diagnosis as Diagnosis
+    from pytest_torch.determinism.diagnosis import (
+        diagnose_nondeterminism as diagnose_nondeterminism,
     )
-    from pytest_torch.determinism.diagnosis import Diagnosis, diagnose_nondeterminism
-    from pytest_torch.determinism.outputs import CannotCompare
+    from pytest_torch.determinism.outputs import CannotCompare as CannotCompare
 
-_EXPORTS = exports_of("determinism")
-
-__all__ = [
-    "CannotCompare",
-    "Diagnosis",
-    "InputsChangedWarning",
-    "NondeterminismError",
-    "assert_deterministic",
-    "diagnose_nondeterminism",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = package_exports(__name__, __file__)

@@ -1,28 +1,19 @@
 """pytest-torch-memory: peak-memory budgets and leak checks.
 
-Public names: :func:`assert_no_memory_leak`, :func:`assert_max_memory`,
-:class:`MemoryLeakError`, :class:`MemoryBudgetError`. Imported on first use; nothing
-here imports torch.
+Its public names are the imports under ``TYPE_CHECKING`` below, each imported on first
+use; nothing here imports torch.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_torch.core.lazy import exports_of, lazy_exports
+from pytest_torch.core.lazy import package_exports
 
 if TYPE_CHECKING:
-    from pytest_torch.memory.api import assert_max_memory, assert_no_memory_leak
-    from pytest_torch.memory.budgets import MemoryBudgetError
-    from pytest_torch.memory.leaks import MemoryLeakError
+    from pytest_torch.memory.api import assert_max_memory as assert_max_memory
+    from pytest_torch.memory.api import assert_no_memory_leak as assert_no_memory_leak
+    from pytest_torch.memory.budgets import MemoryBudgetError as MemoryBudgetError
+    from pytest_torch.memory.leaks import MemoryLeakError as MemoryLeakError
 
-_EXPORTS = exports_of("memory")
-
-__all__ = [
-    "MemoryBudgetError",
-    "MemoryLeakError",
-    "assert_max_memory",
-    "assert_no_memory_leak",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = package_exports(__name__, __file__)
