@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from pytest_torch.core.cpu_memory import CpuAllocationRecorder
-from pytest_torch.core.memory import PeakTracker
+from pytest_torch.core.peaks import PeakTracker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from _harness import figure

@@ -230,7 +230,7 @@ def test_asking_about_cuda_creates_no_context():
     code = """
 import torch
 from pytest_torch.core import devices
-from pytest_torch.core.memory import PeakTracker
+from pytest_torch.core.peaks import PeakTracker
 assert devices.available_device_types()[:2] == ["cpu", "cuda"]
 assert devices.device_count("cuda") >= 1
 assert devices.default_device("cuda") == torch.device("cuda", 0)

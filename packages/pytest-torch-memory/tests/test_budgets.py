@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_torch.core.memory import Block, PeakMemory
+from pytest_torch.core.peaks import Block, PeakMemory
 from pytest_torch.memory.budgets import MemoryBudget, budget_failure, parse_budget
 
 MIB = 2**20

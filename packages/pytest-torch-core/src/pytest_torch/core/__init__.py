@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pytest_torch.core.compare import assert_close as assert_close
     from pytest_torch.core.fingerprint import HardwareFingerprint as HardwareFingerprint
     from pytest_torch.core.fingerprint import hardware_fingerprint as hardware_fingerprint
-    from pytest_torch.core.memory import PeakMemory as PeakMemory
-    from pytest_torch.core.memory import PeakTracker as PeakTracker
+    from pytest_torch.core.peaks import PeakMemory as PeakMemory
+    from pytest_torch.core.peaks import PeakTracker as PeakTracker
 
 __getattr__, __dir__ = package_exports(__name__, __file__)

@@ -353,7 +353,7 @@ def memory_stats(device: torch.device | str) -> MemoryStats | None:
 
     Accelerators report through ``torch.accelerator`` (or their backend module on older
     torch). The CPU has no running counters: measure CPU peaks with
-    :class:`pytest_torch.core.memory.PeakTracker`, which works for every device.
+    :class:`pytest_torch.core.peaks.PeakTracker`, which works for every device.
     """
     dev = as_device(device)
     if dev.type == "cpu" or not is_available(dev.type):

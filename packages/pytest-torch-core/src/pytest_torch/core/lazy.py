@@ -159,9 +159,7 @@ def installed_packages(namespace: str = "pytest_torch") -> list[str]:
     found in the namespace's portions without importing any of them."""
     root = sys.modules.get(namespace) or importlib.import_module(namespace)
     return sorted(
-        f"{namespace}.{found.name}"
-        for found in pkgutil.iter_modules(root.__path__)
-        if found.ispkg
+        f"{namespace}.{found.name}" for found in pkgutil.iter_modules(root.__path__) if found.ispkg
     )
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pytest_torch.core import devices
-from pytest_torch.core.memory import PeakMemory, PeakTracker
+from pytest_torch.core.peaks import PeakMemory, PeakTracker
 from pytest_torch.memory.budgets import (
     MemoryBudget,
     MemoryBudgetError,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_torch.core.memory import PeakTracker
+from pytest_torch.core.peaks import PeakTracker
 from pytest_torch.memory.asked import budget_of
 from pytest_torch.memory.budgets import MARKER, budget_failure, over_budget
 from pytest_torch.memory.measured_devices import devices_to_measure

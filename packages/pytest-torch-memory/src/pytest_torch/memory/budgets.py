@@ -1,6 +1,6 @@
 """Peak-memory budgets: the ``torch_max_memory`` marker's arguments and the verdict.
 
-Works on measurements handed in (:class:`~pytest_torch.core.memory.PeakMemory`), so it
+Works on measurements handed in (:class:`~pytest_torch.core.peaks.PeakMemory`), so it
 is tested with made-up numbers; the plugin does the measuring.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from pytest_torch.core.devices import DeviceSpecError, parse_device_types
-from pytest_torch.core.memory import PeakMemory, format_bytes
+from pytest_torch.core.peaks import PeakMemory, format_bytes
 from pytest_torch.core.units import MIB
 from pytest_torch.memory.leak_settings import ArgumentTypeError
 from pytest_torch.memory.markers import BUDGET

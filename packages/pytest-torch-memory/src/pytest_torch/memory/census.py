@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytest_torch.core import devices
-from pytest_torch.core.memory import storage_key
+from pytest_torch.core.peaks import storage_key
 
 if TYPE_CHECKING:
     import torch

@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pytest_torch.core.memory import format_bytes
+from pytest_torch.core.peaks import format_bytes
 from pytest_torch.memory.census import (
     Census,
     GroupKey,

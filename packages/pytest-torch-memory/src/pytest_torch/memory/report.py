@@ -13,13 +13,13 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from pytest_torch.core.memory import format_bytes
+from pytest_torch.core.peaks import format_bytes
 from pytest_torch.core.properties import decode, encode, number
 from pytest_torch.core.tables import format_table
 from pytest_torch.core.units import MIB
 
 if TYPE_CHECKING:
-    from pytest_torch.core.memory import PeakMemory
+    from pytest_torch.core.peaks import PeakMemory
     from pytest_torch.memory.budgets import MemoryBudget
 
 PREFIX = "torch_memory."

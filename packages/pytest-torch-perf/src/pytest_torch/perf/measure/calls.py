@@ -174,7 +174,7 @@ def peak_memory(
 
     Not the absolute peak: that includes whatever earlier tests left alive, so it would
     change with test order and with how xdist shares the tests out."""
-    from pytest_torch.core.memory import PeakTracker
+    from pytest_torch.core.peaks import PeakTracker
 
     dev = devices.as_device(device) if device is not None else infer_device(target, inputs, kwargs)
     run = bind(target, inputs, kwargs)

@@ -10,7 +10,7 @@ import torch
 
 from pytest_torch.core import cpu_memory, devices
 from pytest_torch.core.cpu_memory import CpuAllocation
-from pytest_torch.core.memory import Block, PeakMemory, PeakTracker, cpu_peak, format_bytes
+from pytest_torch.core.peaks import Block, PeakMemory, PeakTracker, cpu_peak, format_bytes
 
 MIB = 2**20
 
@@ -81,7 +81,7 @@ def test_tracking_prints_nothing():
     # freed that it never saw allocated: neither may reach the user's console
     code = (
         "import torch\n"
-        "from pytest_torch.core.memory import PeakTracker\n"
+        "from pytest_torch.core.peaks import PeakTracker\n"
         "old = [torch.ones(1) for _ in range(3)]\n"
         "with PeakTracker(['cpu']):\n"
         "    old.clear()\n"
@@ -264,7 +264,7 @@ def test_the_census_skips_fake_and_meta_tensors_without_a_warning():
 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from pytest_torch.core.memory import live_tensor_bytes, storage_key
+    from pytest_torch.core.peaks import live_tensor_bytes, storage_key
 
     with FakeTensorMode():
         fake = torch.ones(1024)
@@ -289,7 +289,7 @@ def test_nested_and_sparse_tensors_alive_do_not_break_a_measurement():
         block = torch.empty(2 * MIB, dtype=torch.uint8)
     tracker.name_blocks()
     assert tracker.results["cpu"].added == pytest.approx(2 * MIB, rel=0.01)
-    from pytest_torch.core.memory import describe_tensor, live_tensor_bytes
+    from pytest_torch.core.peaks import describe_tensor, live_tensor_bytes
 
     assert describe_tensor(nested) == "nested tensor of 2 tensors, float32"
     described = live_tensor_bytes("cpu")[1].values()
