@@ -10,7 +10,13 @@
    (``pytest-torch``, ``"pytest-torch[perf]"``, and each feature alone), one after
    the other with the family uninstalled in between: each checks that every public
    name at ``pytest_torch`` resolves or names the distribution to install, and runs
-   the examples and the documentation snippets that apply to it.
+   the examples and the documentation snippets that apply to it;
+5. with ``--tests``, each scenario also runs the tests of the package it installs, from
+   this checkout against the installed wheels, with plugin autoload off and only the
+   family's plugins it installed enabled with ``-p`` (on two workers): each package
+   works alone, enabled one by one;
+6. with ``--demo``, the scenario that installs everything runs the demo
+   (``scripts/demo.py``) in its copy of the examples instead of the plain example run.
 
 Third-party requirements come from the package index (torch pinned by
 constraints.txt); the family's own packages only from the freshly built wheels.
@@ -19,6 +25,7 @@ constraints.txt); the family's own packages only from the freshly built wheels.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -32,17 +39,15 @@ PACKAGES = sorted(p for p in (REPO / "packages").iterdir() if (p / "pyproject.to
 PLUGINS = ["core", "perf", "memory", "determinism", "xdist", "ci"]
 THIRD_PARTY = ["torch", "pytest>=8.1", "pytest-xdist>=3.5", "filelock>=3.12", "matplotlib>=3.5",
                "py-cpuinfo>=9", "numpy"]  # fmt: skip
+#: what ``--tests`` adds to the clean environment: the tools every suite of ours runs with
+TEST_TOOLS = ["pytest-randomly>=3.15", "pytest-html>=4"]
 ALL = {f"pytest-torch-{name}" for name in PLUGINS} | {"pytest-torch"}
 SCENARIOS = [
     # (requirement, the family's distributions it must install, example files to run,
     #  documentation pages whose snippets must run)
     ("pytest-torch", ALL, ["tests"], ["index.md"]),
-    (
-        "pytest-torch[perf]",
-        ALL,
-        ["tests/test_performance.py", "tests/test_compile.py", "tests/test_benchmarks.py"],
-        [],
-    ),
+    # installs what pytest-torch does, whose examples run: here the extra must resolve
+    ("pytest-torch[perf]", ALL, [], []),
     ("pytest-torch-core", {"pytest-torch-core"}, [], ["core.md"]),
     (
         "pytest-torch-perf",
@@ -168,7 +173,27 @@ def check_contents(dist: Path, version: str) -> None:
         print(f"  {sdist.name}: ok")
 
 
-def install_and_run(dist: Path, work: Path, version: str) -> None:
+def run_shown(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> None:
+    """Run with its output shown as it comes (a test run's or the demo's)."""
+    print(f"  + {' '.join(map(str, command))}", flush=True)
+    status = subprocess.call([str(c) for c in command], cwd=cwd, env=env)
+    if status != 0:
+        sys.exit(f"release check failed: {' '.join(map(str, command))} (exit {status})")
+
+
+def run_package_tests(python: Path, requirement: str, installed: set[str]) -> None:
+    """The tests of the package a scenario installed, against the installed wheels, with
+    plugin autoload off and only the installed plugins enabled with -p."""
+    tests = REPO / "packages" / requirement / "tests"
+    plugins = [f"torch_{name}" for name in PLUGINS if f"pytest-torch-{name}" in installed]
+    enabled = [arg for plugin in ["xdist", "randomly", *plugins] for arg in ("-p", plugin)]
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    run_shown(python, "-m", "pytest", "-n", "2", *enabled, tests, cwd=REPO, env=env)
+
+
+def install_and_run(
+    dist: Path, work: Path, version: str, *, tests: bool = False, demo: bool = False
+) -> None:
     """One clean environment with the third-party requirements; each scenario installs
     its requirement from the wheels, runs what applies, and uninstalls the family again
     (its files must be gone before the next scenario)."""
@@ -176,7 +201,8 @@ def install_and_run(dist: Path, work: Path, version: str) -> None:
     venv = work / "venv"
     run(sys.executable, "-m", "venv", venv)
     python = venv / "bin" / "python"
-    run(python, "-m", "pip", "install", "-q", "-c", REPO / "constraints.txt", *THIRD_PARTY)
+    tools = TEST_TOOLS if tests else []
+    run(python, "-m", "pip", "install", "-q", "-c", REPO / "constraints.txt", *THIRD_PARTY, *tools)
     site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").strip())
     for requirement, expected, examples, pages in SCENARIOS:
         pinned = f"{requirement}=={version}"
@@ -198,7 +224,13 @@ def install_and_run(dist: Path, work: Path, version: str) -> None:
             shown = run(python, REPO / "scripts" / "doc_snippets.py",
                         *(REPO / "docs" / page for page in pages), cwd=work)  # fmt: skip
             print("  docs " + shown.strip().replace("\n", "\n  docs "))
-        if examples:
+        if tests and "[" not in requirement:
+            run_package_tests(python, requirement, installed)
+        if demo and examples and installed == ALL:
+            suite = work / "examples-demo"
+            shutil.copytree(REPO / "examples", suite, ignore=GENERATED_FILES)
+            run_shown(python, REPO / "scripts" / "demo.py", "--examples", suite, cwd=suite)
+        elif examples:
             suite = work / f"examples-{len(installed)}-{requirement.replace('[', '-')[:30]}"
             shutil.copytree(REPO / "examples", suite, ignore=GENERATED_FILES)
             pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
@@ -226,7 +258,13 @@ def _drop_bytecode_left_by_pytest(package: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, help="build into this folder and keep it")
+    parser.add_argument(
+        "--tests", action="store_true", help="each scenario runs its package's own tests"
+    )
+    parser.add_argument("--demo", action="store_true", help="everything installed runs the demo")
     options = parser.parse_args()
+    # our lines and the output of the runs shown in between must come in order
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     version = (REPO / "VERSION").read_text().strip()
     work = Path(tempfile.mkdtemp(prefix="pytest-torch-release-"))
     dist = options.keep or work / "dist"
@@ -239,7 +277,7 @@ def main() -> int:
         check_contents(dist, version)
         envs = work / "envs"
         envs.mkdir()
-        install_and_run(dist, envs, version)
+        install_and_run(dist, envs, version, tests=options.tests, demo=options.demo)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nrelease check passed: {len(PACKAGES)} packages at version {version}")

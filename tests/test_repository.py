@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -32,27 +33,42 @@ def test_ci_runs_the_readme_test_command():
     assert "tox" not in ci.replace("README", ""), ".ci/run must not restate the command"
 
 
-def test_tox_has_an_env_per_package_and_the_shared_envs():
+def _load_release_check():
+    spec = importlib.util.spec_from_file_location(
+        "release_check", REPO / "scripts" / "release_check.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tox_runs_every_package_alone_and_together_lint_docs_release_and_demo():
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(REPO / "tox.ini")
     envlist = [e.strip() for e in tox["tox"]["envlist"].split(",")]
-    for required in ("integration", "noautoload", "lint", "demo"):
-        assert required in envlist
+    assert envlist == ["suite", "release"]
+    assert "scripts/demo.py" in tox["testenv:demo"]["commands"]
+    # together: every package installed, the whole suite, lint of every package's sources
+    suite = tox["testenv:suite"]
+    family = tox["testenv"]["family"]
+    assert "{[testenv]family}" in suite["deps"]
+    assert re.search(
+        r"^pytest -n 2 \{toxinidir\}/packages \{toxinidir\}/tests", suite["commands"], re.M
+    )
     for folder in FOLDERS:
-        env = "meta" if folder.name == "pytest-torch" else folder.name.removeprefix("pytest-torch-")
-        assert env in envlist, f"{folder.name} has no tox env of its own"
-        section = tox[f"testenv:{env}"]
-        assert f"packages/{folder.name}/tests" in section["commands"]
-        installed = re.findall(r"packages/([\w-]+)", section["deps"])
-        assert folder.name in installed
-    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD = 1" in tox["testenv:noautoload"]["set_env"]
-    for folder in FOLDERS:
+        assert f"packages/{folder.name}" in family, folder.name
         if (folder / "src").exists():
-            assert f"packages/{folder.name}/src" in tox["testenv:lint"]["commands"], folder.name
-        assert f"packages/{folder.name}" in tox["testenv:integration"]["deps"], folder.name
-        if folder.name != "pytest-torch":
-            entry_point = "torch_" + folder.name.removeprefix("pytest-torch-")
-            assert f"-p {entry_point}" in tox["testenv:noautoload"]["commands"], entry_point
+            assert f"packages/{folder.name}/src" in suite["commands"], folder.name
+    # alone: the release check installs each package by itself from its wheel and runs
+    # its tests with autoload off and its plugins enabled with -p; everything runs the demo
+    assert "release_check.py --tests --demo" in tox["testenv:release"]["commands"]
+    release_check = _load_release_check()
+    requirements = {requirement for requirement, *_ in release_check.SCENARIOS}
+    plugins = {f"pytest-torch-{name}" for name in release_check.PLUGINS}
+    for folder in FOLDERS:
+        assert folder.name in requirements, f"{folder.name} is never installed alone"
+        if (folder / "src").exists():
+            assert folder.name in plugins, f"{folder.name} is never enabled with -p"
     constraints = (REPO / "constraints.txt").read_text()
     assert re.search(r"^torch==2\.13\.0$", constraints, re.M)
 

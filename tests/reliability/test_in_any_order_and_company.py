@@ -89,14 +89,15 @@ def test_known_failure():
 
 
 def _outcomes(junit: Path) -> dict[str, str]:
-    """Test id -> passed, failure, error or skipped. A perf check the machine was too busy
-    to judge ("not judged: machine busy") counts as passed: it found nothing wrong, and
-    whether it could judge depends on this machine's load that minute, not on the order."""
+    """Test id -> passed, failure, error or skipped. A perf check the machine could not
+    judge ("not judged: machine busy", "not judged: slower host") counts as passed: it
+    found nothing wrong, and whether it could judge depends on this machine's load that
+    minute (other workers of this suite's own run included), not on the order."""
     outcomes = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         found = [child for child in case if child.tag in ("failure", "error", "skipped")]
         kind = found[-1].tag if found else "passed"
-        if kind == "skipped" and "machine busy" in (found[-1].get("message") or ""):
+        if kind == "skipped" and "not judged: " in (found[-1].get("message") or ""):
             kind = "passed"
         outcomes[f"{case.get('classname')}::{case.get('name')}"] = kind
     return outcomes
@@ -146,9 +147,7 @@ def suites(tmp_path_factory) -> dict[str, tuple[Path, dict[str, str]]]:
     return found
 
 
-@pytest.mark.skipif(
-    "randomly" in MISSING, reason="needs pytest-randomly (the integration env has it)"
-)
+@pytest.mark.skipif("randomly" in MISSING, reason="needs pytest-randomly (tox -e suite has it)")
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("suite", ["examples", "generated"])
 def test_same_outcomes_in_random_order(suites, suite, seed):
@@ -166,7 +165,7 @@ def test_same_outcomes_in_random_order(suites, suite, seed):
 
 @pytest.mark.skipif(
     bool(MISSING),
-    reason=f"needs {', '.join(f'pytest-{m}' for m in MISSING)} (the integration env has them)",
+    reason=f"needs {', '.join(f'pytest-{m}' for m in MISSING)} (tox -e suite has them)",
 )
 @pytest.mark.parametrize("suite", ["examples", "generated"])
 def test_same_outcomes_alongside_common_plugins(suites, suite):

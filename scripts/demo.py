@@ -1,0 +1,79 @@
+"""The demo: the example suite with every report the plugins produce.
+
+``python scripts/demo.py [--examples DIR] [PYTEST ARGS...]`` runs, in the examples
+folder (``examples/`` by default), with this Python:
+
+1. the perf baselines of this machine recorded (baselines are per machine);
+2. the example suite, every feature, each end-of-run report once (PYTEST ARGS go here);
+3. a part of it on two workers in deterministic mode (each worker's share of the cores
+   and the deterministic settings are in the header);
+4. the benchmark suites, which are opt-in: their tables, JSON and plots;
+5. the failure gallery: what a failing test looks like, with its artifacts.
+
+``tox -e demo`` runs it; the release check runs it from the installed wheels. Stops at
+the first step that fails, with that step's exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def steps(pytest_args: list[str]) -> list[tuple[str, list[str]]]:
+    """(what it shows, the arguments to this Python) for each step, in order."""
+    return [
+        (
+            "baselines are per machine: this machine's first, then the suite compares",
+            shlex.split(
+                "-m pytest --torch-update-perf -q --no-header -p no:randomly"
+                " tests/test_performance.py -k speed_does_not_regress"
+            ),
+        ),
+        (
+            "the example suite: every feature, each end-of-run report once",
+            ["-m", "pytest", *pytest_args],
+        ),
+        (
+            "on two workers in deterministic mode: each worker's share of the cores and the"
+            " deterministic settings are in the header",
+            shlex.split(
+                "-m pytest -n 2 --torch-deterministic -q tests/test_classifier.py"
+                " tests/test_regressor.py tests/test_determinism.py"
+            ),
+        ),
+        (
+            "benchmark suites are opt-in: their tables, JSON and plots",
+            shlex.split(
+                "-m pytest --torch-benchmark -q tests/test_benchmarks.py"
+                " --torch-benchmark-json=benchmark-results/benchmarks.json"
+                " --torch-benchmark-plot=benchmark-results"
+            ),
+        ),
+        (
+            "the failure gallery: failing tests, with their heatmaps and tensors",
+            shlex.split("failure_gallery.py --torch-failure-artifacts=failure-artifacts"),
+        ),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=Path, default=EXAMPLES, help="the examples folder")
+    options, pytest_args = parser.parse_known_args(argv)
+    for number, (shows, args) in enumerate(steps(pytest_args), 1):
+        print(f"\n== demo {number}: {shows}\n+ python {' '.join(args)}", flush=True)
+        status = subprocess.call([sys.executable, *args], cwd=options.examples)
+        if status != 0:
+            print(f"demo step {number} failed (exit {status})", file=sys.stderr)
+            return status
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
