@@ -10,19 +10,25 @@ folder (``examples/`` by default), with this Python:
 4. the benchmark suites, which are opt-in: their tables, JSON and plots;
 5. the failure gallery: what a failing test looks like, with its artifacts.
 
-``tox -e demo`` runs it; the release check runs it from the installed wheels. Stops at
-the first step that fails, with that step's exit status.
+With ``--copy-to DIR`` it runs in a fresh copy of the examples made there (what the
+test run does, so that the checkout is left as it was). ``tox -e demo`` runs it in
+``examples/``. Stops at the first step that fails, with that step's exit status.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+#: what a run of the examples writes (left out of a copy)
+GENERATED = shutil.ignore_patterns(
+    "benchmark-results", "failure-artifacts", ".torch-perf-baselines.json*", ".pytest_cache"
+)
 
 
 def steps(pytest_args: list[str]) -> list[tuple[str, list[str]]]:
@@ -65,7 +71,12 @@ def steps(pytest_args: list[str]) -> list[tuple[str, list[str]]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=Path, default=EXAMPLES, help="the examples folder")
+    parser.add_argument("--copy-to", type=Path, help="run in a fresh copy of the examples here")
     options, pytest_args = parser.parse_known_args(argv)
+    if options.copy_to is not None:
+        shutil.rmtree(options.copy_to, ignore_errors=True)
+        shutil.copytree(options.examples, options.copy_to, ignore=GENERATED)
+        options.examples = options.copy_to
     for number, (shows, args) in enumerate(steps(pytest_args), 1):
         print(f"\n== demo {number}: {shows}\n+ python {' '.join(args)}", flush=True)
         status = subprocess.call([sys.executable, *args], cwd=options.examples)

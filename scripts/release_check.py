@@ -14,9 +14,7 @@
 5. with ``--tests``, each scenario also runs the tests of the package it installs, from
    this checkout against the installed wheels, with plugin autoload off and only the
    family's plugins it installed enabled with ``-p`` (on two workers): each package
-   works alone, enabled one by one;
-6. with ``--demo``, the scenario that installs everything runs the demo
-   (``scripts/demo.py``) in its copy of the examples instead of the plain example run.
+   works alone, enabled one by one.
 
 Third-party requirements come from the package index (torch pinned by
 constraints.txt); the family's own packages only from the freshly built wheels.
@@ -191,9 +189,7 @@ def run_package_tests(python: Path, requirement: str, installed: set[str]) -> No
     run_shown(python, "-m", "pytest", "-n", "2", *enabled, tests, cwd=REPO, env=env)
 
 
-def install_and_run(
-    dist: Path, work: Path, version: str, *, tests: bool = False, demo: bool = False
-) -> None:
+def install_and_run(dist: Path, work: Path, version: str, *, tests: bool = False) -> None:
     """One clean environment with the third-party requirements; each scenario installs
     its requirement from the wheels, runs what applies, and uninstalls the family again
     (its files must be gone before the next scenario)."""
@@ -226,11 +222,7 @@ def install_and_run(
             print("  docs " + shown.strip().replace("\n", "\n  docs "))
         if tests and "[" not in requirement:
             run_package_tests(python, requirement, installed)
-        if demo and examples and installed == ALL:
-            suite = work / "examples-demo"
-            shutil.copytree(REPO / "examples", suite, ignore=GENERATED_FILES)
-            run_shown(python, REPO / "scripts" / "demo.py", "--examples", suite, cwd=suite)
-        elif examples:
+        if examples:
             suite = work / f"examples-{len(installed)}-{requirement.replace('[', '-')[:30]}"
             shutil.copytree(REPO / "examples", suite, ignore=GENERATED_FILES)
             pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
@@ -277,7 +269,7 @@ def main() -> int:
         check_contents(dist, version)
         envs = work / "envs"
         envs.mkdir()
-        install_and_run(dist, envs, version, tests=options.tests, demo=options.demo)
+        install_and_run(dist, envs, version, tests=options.tests)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nrelease check passed: {len(PACKAGES)} packages at version {version}")
