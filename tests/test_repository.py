@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ast
 import configparser
-import importlib.util
 import re
+import runpy
 import tomllib
 from pathlib import Path
 
@@ -33,15 +33,6 @@ def test_ci_runs_the_readme_test_command():
     assert "tox" not in ci.replace("README", ""), ".ci/run must not restate the command"
 
 
-def _load_release_check():
-    spec = importlib.util.spec_from_file_location(
-        "release_check", REPO / "scripts" / "release_check.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_tox_runs_every_package_alone_and_together_lint_docs_release_and_demo():
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(REPO / "tox.ini")
@@ -62,9 +53,9 @@ def test_tox_runs_every_package_alone_and_together_lint_docs_release_and_demo():
     # alone: the release check installs each package by itself from its wheel and runs
     # its tests with autoload off and its plugins enabled with -p
     assert "release_check.py --tests" in tox["testenv:release"]["commands"]
-    release_check = _load_release_check()
-    requirements = {requirement for requirement, *_ in release_check.SCENARIOS}
-    plugins = {f"pytest-torch-{name}" for name in release_check.PLUGINS}
+    release_check = runpy.run_path(str(REPO / "scripts" / "release_check.py"))
+    requirements = {requirement for requirement, *_ in release_check["SCENARIOS"]}
+    plugins = {f"pytest-torch-{name}" for name in release_check["PLUGINS"]}
     for folder in FOLDERS:
         assert folder.name in requirements, f"{folder.name} is never installed alone"
         if (folder / "src").exists():
