@@ -388,6 +388,26 @@ def test_bad_budgets_for_the_function_are_clear_errors(mb, error):
     assert "Example: assert_max_memory(step, mb=512" in str(info.value)
 
 
+def test_assert_max_memory_does_not_count_garbage_left_by_earlier_code():
+    import gc
+
+    class Node:
+        pass
+
+    gc.disable()
+    try:
+        node = Node()
+        node.itself = node
+        node.tensor = torch.zeros(32 * 2**20, dtype=torch.uint8)
+        del node
+        peaks = assert_max_memory(
+            lambda: torch.ones(2 * 2**20, dtype=torch.uint8), mb=8, device="cpu"
+        )
+    finally:
+        gc.enable()
+    assert peaks["cpu"].peak - peaks["cpu"].at_start == 2 * 2**20
+
+
 def test_every_run_starts_from_the_random_state_of_the_first():
     import random
 

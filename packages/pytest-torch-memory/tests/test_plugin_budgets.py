@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 SUITE = """
-import gc
-
 import pytest
 import torch
 
@@ -15,9 +13,6 @@ MIB = 2**20
 
 @pytest.fixture
 def weights():
-    # tensors that earlier tests of this process left in reference cycles are allocated
-    # until the garbage collector runs, and would count at the start of the body
-    gc.collect()
     scratch = torch.empty(64 * MIB, dtype=torch.uint8)  # set-up only: not the body's
     del scratch
     return torch.zeros(4 * MIB, dtype=torch.uint8)
@@ -251,6 +246,47 @@ def test_peaks_are_gathered_from_xdist_workers(pytester):
 needs_cuda = pytest.mark.skipif(
     not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU"
 )
+
+
+def test_garbage_an_earlier_test_left_does_not_count_against_a_budget(pytester, run):
+    """32 MiB dropped but kept alive by a reference cycle (the collector is off, as it
+    may simply not have run yet) is allocated when the next body starts: it must not
+    push an 8 MiB budget over, whatever ran before."""
+    pytester.makepyfile(
+        test_suite="""
+        import gc
+
+        import pytest
+        import torch
+
+        MIB = 2**20
+
+
+        class Node:
+            pass
+
+
+        @pytest.fixture
+        def garbage_from_earlier():
+            gc.disable()
+            node = Node()
+            node.itself = node
+            node.tensor = torch.zeros(32 * MIB, dtype=torch.uint8)
+            del node
+            yield
+            gc.enable()
+
+
+        @pytest.mark.torch_max_memory(mb=8)
+        def test_small_body(garbage_from_earlier):
+            torch.ones(2 * MIB, dtype=torch.uint8)
+        """
+    )
+    result = run("--torch-memory-report")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["cpu     test_suite.py::test_small_body  * 2.0 MiB   8 MiB  within budget"]
+    )
 
 
 @pytest.mark.gpu

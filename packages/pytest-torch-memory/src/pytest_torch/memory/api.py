@@ -11,6 +11,7 @@ from pytest_torch.memory.budgets import (
     MemoryBudget,
     MemoryBudgetError,
     budget_failure,
+    free_garbage_before,
     over_budget,
 )
 from pytest_torch.memory.leak_settings import LeakCheck, leak_check_from
@@ -43,6 +44,7 @@ def assert_max_memory(
         keywords["device"] = device if isinstance(device, str) else list(device)
     budget: MemoryBudget = parse_budget((), keywords, "assert_max_memory", marker=False)
     chosen = [d for d in _all_devices() if budget.applies_to(d.type)]
+    free_garbage_before(budget)
     with PeakTracker(chosen) as tracker:
         fn(*args, **kwargs)
     if any(over_budget(peak, budget) for peak in tracker.results.values()):

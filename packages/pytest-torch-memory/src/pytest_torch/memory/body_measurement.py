@@ -12,7 +12,12 @@ import pytest
 
 from pytest_torch.core.peaks import PeakTracker
 from pytest_torch.memory.asked import budget_of
-from pytest_torch.memory.budgets import MARKER, budget_failure, over_budget
+from pytest_torch.memory.budgets import (
+    MARKER,
+    budget_failure,
+    free_garbage_before,
+    over_budget,
+)
 from pytest_torch.memory.measured_devices import devices_to_measure
 from pytest_torch.memory.report import PeakRecord
 
@@ -28,6 +33,7 @@ class BodyMeasurement:
         self.tracker = PeakTracker(devices_to_measure(item, None if every_device else self.budget))
 
     def start(self) -> None:
+        free_garbage_before(self.budget)
         self.tracker.start()
 
     def stop(self) -> None:
