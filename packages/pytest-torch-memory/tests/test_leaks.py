@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from pytest_torch.memory.api import assert_max_memory, assert_no_memory_leak
 from pytest_torch.memory.census import Census, GroupKey, take_census
-from pytest_torch.memory.leak_settings import LeakCheck, parse_bytes, parse_leak_check
+from pytest_torch.memory.leak_parameters import LeakCheck, parse_bytes, parse_leak_check
 from pytest_torch.memory.leaks import check_for_leaks, culprits, judge
 
 # these tests draw from the global random generators; torch_seed restores them

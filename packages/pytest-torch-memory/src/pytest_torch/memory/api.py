@@ -14,7 +14,7 @@ from pytest_torch.memory.budgets import (
     free_garbage_before,
     over_budget,
 )
-from pytest_torch.memory.leak_settings import LeakCheck, leak_check_from
+from pytest_torch.memory.leak_parameters import LeakCheck, leak_check_from
 from pytest_torch.memory.leaks import MemoryLeakError, check_for_leaks
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_torch.core.markers import definition_of
 from pytest_torch.memory.budgets import MemoryBudget, parse_budget
-from pytest_torch.memory.leak_settings import LeakCheck, parse_leak_check
+from pytest_torch.memory.leak_parameters import LeakCheck, parse_leak_check
 from pytest_torch.memory.markers import BUDGET, LEAK
 
 if TYPE_CHECKING:

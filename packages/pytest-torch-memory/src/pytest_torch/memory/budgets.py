@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from pytest_torch.core.devices import DeviceSpecError, parse_device_types
 from pytest_torch.core.peaks import PeakMemory, format_bytes
 from pytest_torch.core.units import MIB
-from pytest_torch.memory.leak_settings import ArgumentTypeError
+from pytest_torch.memory.leak_parameters import ArgumentTypeError
 from pytest_torch.memory.markers import BUDGET
 
 MARKER = BUDGET.name

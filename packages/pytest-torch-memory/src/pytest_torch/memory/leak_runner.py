@@ -19,7 +19,7 @@ from pytest_torch.memory.measured_devices import devices_to_measure
 from pytest_torch.memory.results import LEAK_PROPERTY
 
 if TYPE_CHECKING:
-    from pytest_torch.memory.leak_settings import LeakCheck
+    from pytest_torch.memory.leak_parameters import LeakCheck
     from pytest_torch.memory.settings import MemorySettings
 
 

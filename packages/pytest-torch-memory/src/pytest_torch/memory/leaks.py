@@ -26,7 +26,7 @@ from pytest_torch.memory.census import (
     node_name,
     take_census,
 )
-from pytest_torch.memory.leak_settings import (
+from pytest_torch.memory.leak_parameters import (
     MARKER,
     LeakCheck,
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_torch.core.options import int_option, option_or_ini, option_source
-from pytest_torch.memory.leak_settings import MAX_ITERATIONS, LeakCheck, parse_bytes
+from pytest_torch.memory.leak_parameters import MAX_ITERATIONS, LeakCheck, parse_bytes
 from pytest_torch.memory.results import MemoryResults
 
 

@@ -1,4 +1,4 @@
-"""What a leak check is asked to do: the ``torch_memory_leak`` marker's settings.
+"""What a leak check is asked to do: the ``torch_memory_leak`` marker's parameters.
 
 Kept apart from the engine so the plugin can read options at start-up without loading it.
 """
