@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from pytest_torch.perf.markers import BENCHMARK
 from pytest_torch.perf.rule import DEFAULT_LATENCY_TOLERANCE, tolerance_problem
 
 if TYPE_CHECKING:
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
 
     from pytest_torch.perf.measure.timing import LatencyResult
 
-MARKER = BENCHMARK.name
 CASE_FIXTURE = "torch_benchmark_case"
 PROPERTY = "torch_benchmark"
 MODES = ("eager", "compile")
