@@ -24,11 +24,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+# this folder is first on sys.path when a script of it runs
+from release_check import GENERATED_FILES
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-#: what a run of the examples writes (left out of a copy)
-GENERATED = shutil.ignore_patterns(
-    "benchmark-results", "failure-artifacts", ".torch-perf-baselines.json*", ".pytest_cache"
-)
 
 
 def steps(pytest_args: list[str]) -> list[tuple[str, list[str]]]:
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     options, pytest_args = parser.parse_known_args(argv)
     if options.copy_to is not None:
         shutil.rmtree(options.copy_to, ignore_errors=True)
-        shutil.copytree(options.examples, options.copy_to, ignore=GENERATED)
+        shutil.copytree(options.examples, options.copy_to, ignore=GENERATED_FILES)
         options.examples = options.copy_to
     for number, (shows, args) in enumerate(steps(pytest_args), 1):
         print(f"\n== demo {number}: {shows}\n+ python {' '.join(args)}", flush=True)

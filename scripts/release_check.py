@@ -88,8 +88,9 @@ LIST_PLUGINS = (
     "import importlib.metadata as m; print(sorted(e.name for e in"
     " m.entry_points(group='pytest11') if e.name.startswith('torch_')))"
 )
+#: what a run of the examples writes: left out of every copy of them (scripts/demo.py's too)
 GENERATED_FILES = shutil.ignore_patterns(
-    "benchmark-results", "failure-artifacts", ".torch-perf-baselines.json*"
+    "benchmark-results", "failure-artifacts", ".torch-perf-baselines.json*", ".pytest_cache"
 )
 
 
