@@ -113,8 +113,8 @@ def test_lookups_parse_the_file_once_and_merge_refreshes_them(tmp_path, monkeypa
     store = BaselineFile(tmp_path / "b.json")
     store.merge({"m": {"a": entry(1.0)}})
     reads = []
-    real_read = BaselineFile.read
-    monkeypatch.setattr(BaselineFile, "read", lambda self: reads.append(1) or real_read(self))
+    real_read = BaselineFile.read_all
+    monkeypatch.setattr(BaselineFile, "read_all", lambda self: reads.append(1) or real_read(self))
     fresh = BaselineFile(store.path)
     assert fresh.lookup("m", "a").latency_ms == 1.0
     assert fresh.lookup("m", "b") is None

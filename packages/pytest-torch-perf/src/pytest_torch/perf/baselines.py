@@ -15,8 +15,20 @@ Layout (sorted keys, two-space indent, one trailing newline, so diffs stay small
             "samples": 731, "undisturbed_samples": 90      (only when recorded on a busy machine)
           }
         }
+      },
+      "instructions": {                      (--torch-perf-measure=instructions)
+        "torch=2.13.0+cpu python=3.11.7 valgrind=3.19.0 cpu=x86_64/AVX2": {
+          "<test node id>[::<name>]": {
+            "instructions": 2025376, "spread": 0.0003, "repeats": 5,
+            "functions": {"<function> (<object>)": 1803141, ...},
+            "recorded": "2026-12-02T22:00:00+00:00"
+          }
+        }
       }
     }
+
+Instruction counts are keyed by what changes them, not by the machine, so a count
+recorded on a laptop is compared on a CI runner with the same key.
 
 Writes take a file lock, re-read the file, merge, and atomically replace it, so
 concurrent writers lose nothing and a crash leaves the old or the new file, never a
@@ -101,6 +113,36 @@ class Baseline:
             raise BaselineFileError(f"{where}: entry is malformed ({exc!r})") from None
 
 
+@dataclass(frozen=True)
+class InstructionBaseline:
+    """An instruction count recorded for one test under one key (see ``instruction_checks``)."""
+
+    instructions: int
+    spread: float
+    repeats: int
+    recorded: str
+    #: the functions that counted most, with their own counts per call
+    functions: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["spread"] = float(f"{self.spread:.2g}")
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str) -> InstructionBaseline:
+        try:
+            return cls(
+                instructions=int(data["instructions"]),
+                spread=float(data.get("spread", 0.0)),
+                repeats=int(data.get("repeats", 0)),
+                recorded=str(data.get("recorded", "?")),
+                functions={str(k): int(v) for k, v in dict(data.get("functions", {})).items()},
+            )
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise BaselineFileError(f"{where}: entry is malformed ({exc!r})") from None
+
+
 def _fix_hint(path: Path) -> str:
     return (
         f"Fix or restore it from version control (git checkout -- {path.name}), or delete"
@@ -115,13 +157,21 @@ class BaselineFile:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self._cached: dict[str, dict[str, Baseline]] | None = None
+        self._counts: dict[str, dict[str, InstructionBaseline]] | None = None
 
     def read(self) -> dict[str, dict[str, Baseline]]:
         """Fingerprint key -> test key -> Baseline; empty when the file does not exist."""
+        return self.read_all()[0]
+
+    def read_all(
+        self,
+    ) -> tuple[dict[str, dict[str, Baseline]], dict[str, dict[str, InstructionBaseline]]]:
+        """The wall-clock entries (as :meth:`read`) and the instruction counts (count key
+        -> test key -> InstructionBaseline)."""
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return {}
+            return {}, {}
         except OSError as exc:
             raise BaselineFileError(
                 f"cannot read the perf baseline file {self.path}: {exc.strerror}."
@@ -154,34 +204,63 @@ class BaselineFile:
                 key: Baseline.from_json(entry, f"{self.path}: {key!r}")
                 for key, entry in tests.items()
             }
-        return machines
+        counts: dict[str, dict[str, InstructionBaseline]] = {}
+        sections = data.get("instructions", {})
+        if not isinstance(sections, dict):
+            raise BaselineFileError(f'{self.path}: "instructions" is malformed')
+        for count_key, tests in sections.items():
+            if not isinstance(tests, dict):
+                raise BaselineFileError(f"{self.path}: instructions {count_key!r} is malformed")
+            counts[count_key] = {
+                key: InstructionBaseline.from_json(entry, f"{self.path}: {key!r}")
+                for key, entry in tests.items()
+            }
+        return machines, counts
 
     def lookup(self, machine: str, test: str) -> Baseline | None:
         """One entry; the file is parsed once for all lookups (merge refreshes it)."""
         if self._cached is None:
-            self._cached = self.read()
+            self._cached, self._counts = self.read_all()
         return self._cached.get(machine, {}).get(test)
 
-    def merge(self, updates: Mapping[str, Mapping[str, Baseline]]) -> None:
-        """Add or replace entries, keeping every other one, under the file lock."""
+    def counts_of(self, test: str) -> dict[str, InstructionBaseline]:
+        """A test's instruction counts under every key it was recorded with."""
+        if self._counts is None:
+            self._cached, self._counts = self.read_all()
+        return {key: tests[test] for key, tests in self._counts.items() if test in tests}
+
+    def merge(
+        self,
+        updates: Mapping[str, Mapping[str, Baseline]],
+        counts: Mapping[str, Mapping[str, InstructionBaseline]] | None = None,
+    ) -> None:
+        """Add or replace entries (wall-clock ``updates``, instruction ``counts``), keeping
+        every other one, under the file lock."""
         from filelock import FileLock, Timeout
 
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S):
                 self._remove_stale_temp_files()
-                machines = self.read()
+                machines, kept_counts = self.read_all()
                 for machine, tests in updates.items():
                     machines.setdefault(machine, {}).update(tests)
-                document = {
+                for count_key, entries in (counts or {}).items():
+                    kept_counts.setdefault(count_key, {}).update(entries)
+                document: dict[str, Any] = {
                     "format": FORMAT,
                     "machines": {
                         machine: {key: entry.to_json() for key, entry in tests.items()}
                         for machine, tests in machines.items()
                     },
                 }
+                if kept_counts:
+                    document["instructions"] = {
+                        count_key: {key: entry.to_json() for key, entry in tests.items()}
+                        for count_key, tests in kept_counts.items()
+                    }
                 write_atomically(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
-                self._cached = machines
+                self._cached, self._counts = machines, kept_counts
         except Timeout:
             raise BaselineFileError(
                 f"could not record perf baselines in {self.path}: another process has held"

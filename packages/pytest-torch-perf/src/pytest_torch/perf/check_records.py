@@ -13,7 +13,15 @@ from dataclasses import dataclass, fields
 from pytest_torch.core.properties import decode, encode, number
 
 PREFIX = "torch_perf."
-_NUMBERS = ("measured_ms", "reference_ms", "change_pct", "spread_pct", "peak_memory_mb")
+_NUMBERS = (
+    "measured_ms",
+    "reference_ms",
+    "change_pct",
+    "spread_pct",
+    "peak_memory_mb",
+    "instructions",
+    "reference_instructions",
+)
 
 
 @dataclass
@@ -21,7 +29,7 @@ class PerfRecord:
     """One line of the end-of-run table."""
 
     label: str
-    check: str  # "budget" or "baseline"
+    check: str  # "budget", "baseline" or "instructions"
     stat: str
     measured_ms: float | None  # None when nothing was compared
     verdict: str
@@ -29,6 +37,9 @@ class PerfRecord:
     change_pct: float | None = None
     spread_pct: float | None = None
     peak_memory_mb: float | None = None
+    #: instructions per call, and the baseline's (--torch-perf-measure=instructions)
+    instructions: float | None = None
+    reference_instructions: float | None = None
 
     def to_properties(self) -> list[tuple[str, object]]:
         figures = {name: getattr(self, name) for name in _FIELDS}
@@ -57,16 +68,33 @@ def _share(fraction: float) -> str:
     return f"{percent:.1f} %" if percent < 10 else f"{percent:.0f} %"
 
 
+def fmt_count(count: float) -> str:
+    """2025376 -> "2,025,376 instr" (every digit: a 1 % change must show)."""
+    return f"{count:,.0f} instr"
+
+
+def _figures(record: PerfRecord) -> tuple[str, str]:
+    """The measured and reference cells: milliseconds, or instructions per call."""
+    from pytest_torch.perf.measure.timing import fmt_ms
+
+    if record.check == "instructions":
+        measured = "-" if record.instructions is None else fmt_count(record.instructions)
+        reference = record.reference_instructions
+        return measured, "-" if reference is None else fmt_count(reference)
+    measured = "-" if record.measured_ms is None else fmt_ms(record.measured_ms)
+    return measured, "-" if record.reference_ms is None else fmt_ms(record.reference_ms)
+
+
 def render_table(records: list[PerfRecord]) -> list[str]:
     """An aligned table with units, one row per record."""
     from pytest_torch.core.tables import format_table
-    from pytest_torch.perf.measure.timing import fmt_ms
 
     header = ("test", "check", "statistic", "measured", "reference", "vs reference", "verdict")
     rows = [header]
     for record in records:
-        reference = "-" if record.reference_ms is None else fmt_ms(record.reference_ms)
-        change = "-" if record.change_pct is None else f"{record.change_pct:+.1f} %"
+        measured, reference = _figures(record)
+        digits = 2 if record.check == "instructions" else 1  # counts move by tenths of a %
+        change = "-" if record.change_pct is None else f"{record.change_pct:+.{digits}f} %"
         if record.check == "budget" and record.measured_ms is not None and record.reference_ms:
             change = f"{_share(record.measured_ms / record.reference_ms)} of budget"
         rows.append(
@@ -74,7 +102,7 @@ def render_table(records: list[PerfRecord]) -> list[str]:
                 record.label,
                 record.check,
                 record.stat,
-                "-" if record.measured_ms is None else fmt_ms(record.measured_ms),
+                measured,
                 reference,
                 change,
                 record.verdict,

@@ -151,6 +151,8 @@ def latency_measurer(item: pytest.Item, settings: PerfSettings) -> Callable[...,
 
         if test_budget is None or fresh_process.measuring_into() is not None:
             return once()  # a fresh process only measures (see fresh_process)
+        if settings.measure == "instructions":
+            budget_not_judged(item, test_budget)
         outcome = check_budget(new_label(item, None, "latency"), once, test_budget, settings.strict)
         publish(item, outcome.record)
         apply_outcome(outcome)
@@ -176,17 +178,29 @@ def baseline_checker(item: pytest.Item, settings: PerfSettings) -> Callable[...,
         latency_tolerance: float = DEFAULT_LATENCY_TOLERANCE,
         memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE,
         name: str | None = None,
+        instruction_tolerance: float | None = None,
     ) -> Outcome:
         __tracebackhide__ = True
         for what, value in (
             ("latency_tolerance", latency_tolerance),
             ("memory_tolerance", memory_tolerance),
+            ("instruction_tolerance", instruction_tolerance),
         ):
-            problem = tolerance_problem(what, value)
+            problem = None if value is None else tolerance_problem(what, value)
             if problem is not None:
                 raise ValueError(f"perf_baseline: {problem} {TOLERANCE_HINT}")
         check_label = new_label(item, name, "baseline")
         device = call_device(item, target, inputs, {})
+        if settings.measure == "instructions":
+            if instruction_tolerance is None:
+                instruction_tolerance = settings.instruction_tolerance
+            outcome = count_check(
+                settings, item.nodeid, check_label, target, inputs, {}, device,
+                float(instruction_tolerance),
+            )  # fmt: skip
+            publish(item, outcome.record)
+            apply_outcome(outcome)
+            return outcome
 
         def measure() -> tuple[LatencyResult, dict[str, int]]:
             return measure_call(settings, target, inputs, {}, device)
@@ -313,4 +327,72 @@ def baseline_check(
         machine=settings.machine(),
         rerecord=f"{RERECORD} {shlex.quote(node_id)}",
         elsewhere=elsewhere,
+    )
+
+
+def budget_not_judged(item: pytest.Item, test_budget: Budget) -> None:
+    """A latency budget in a run that counts instructions: skipped, saying why (its
+    milliseconds mean nothing under Valgrind, which runs code 10 to 100x slower)."""
+    from pytest_torch.perf.check_records import PerfRecord
+
+    label = new_label(item, None, "latency")
+    verdict = "not judged: counting instructions"
+    publish(item, PerfRecord(label, "budget", test_budget.stat, None, verdict, test_budget.ms))
+    pytest.skip(
+        f"{label}: latency budget not judged: this run counts instructions under Valgrind"
+        f" (--torch-perf-measure=instructions), where code runs 10 to 100x slower than"
+        f" natively. Budgets are milliseconds: judge them in a wall-clock run"
+        f" (--torch-perf-measure=wall, the default)"
+    )
+
+
+def count_check(
+    settings: PerfSettings,
+    node_id: str,
+    label: str,
+    target: Any,
+    inputs: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    device: torch.device,
+    tolerance: float,
+) -> Outcome:
+    """Record (``--torch-update-perf``) or compare the instructions of one call."""
+    __tracebackhide__ = True
+    from pytest_torch.perf import checks, instruction_checks
+    from pytest_torch.perf.baselines import BaselineFileError
+    from pytest_torch.perf.measure.instructions import count_instructions, count_key
+    from pytest_torch.perf.measure.valgrind import session
+
+    if device.type != "cpu":
+        raise checks.PerfNotJudgedError(
+            f"{label}: instruction counts see only the CPU's work, and this call runs on"
+            f" {device}: its GPU kernels would count as nothing. Count it on the CPU"
+            f" (--torch-device=cpu, or inputs on the CPU), or time it on the GPU with"
+            f" --torch-perf-measure=wall"
+        )
+    found = session()
+    key = count_key(found[0] if found is not None else "unknown")
+    rerecord = f"{RERECORD} --torch-perf-measure=instructions {shlex.quote(node_id)}"
+
+    def count() -> Any:
+        return count_instructions(target, *inputs, **kwargs)
+
+    if settings.update:
+        outcome, baseline = instruction_checks.record(label, count(), key)
+        settings.instruction_pending.setdefault(key, {})[label] = baseline
+        return outcome
+    try:
+        recorded = settings.file().counts_of(label)
+    except BaselineFileError as exc:
+        raise checks.PerfRegressionError(str(exc)) from None
+    if key not in recorded:
+        return instruction_checks.missing(label, key, recorded, settings.strict, rerecord)
+    return instruction_checks.compare(
+        label,
+        recorded[key],
+        count,
+        key=key,
+        tolerance=tolerance,
+        slack=settings.slack_instructions,
+        rerecord=rerecord,
     )

@@ -5,9 +5,36 @@ from __future__ import annotations
 import pytest
 
 from pytest_torch.core.options import add_flag_with_ini, add_option_with_ini
+from pytest_torch.perf.rule import DEFAULT_INSTRUCTION_SLACK, DEFAULT_INSTRUCTION_TOLERANCE
 
 #: in ``--help`` order: flag, ini name, default, metavar (None: an on/off flag), help
 OPTIONS: tuple[tuple[str, str, str | None, str | None, str], ...] = (
+    (
+        "--torch-perf-measure",
+        "torch_perf_measure",
+        "wall",
+        "MODE",
+        "What perf_baseline and benchmark suites measure and compare: wall (latency on"
+        " this machine's clock) or instructions (instructions counted under Valgrind, which"
+        " no machine load moves; the plugin starts Valgrind itself). Latency budgets stay"
+        " wall-clock.",
+    ),
+    (
+        "--torch-perf-instruction-tolerance",
+        "torch_perf_instruction_tolerance",
+        f"{DEFAULT_INSTRUCTION_TOLERANCE:g}",
+        "FRACTION",
+        "With --torch-perf-measure=instructions: how many more instructions than its"
+        " baseline a call may count before it is a regression (0.01: 1 %).",
+    ),
+    (
+        "--torch-perf-slack-instructions",
+        "torch_perf_slack_instructions",
+        str(DEFAULT_INSTRUCTION_SLACK),
+        "N",
+        "With --torch-perf-measure=instructions: instructions added to the regression"
+        " limit, for tiny calls.",
+    ),
     (
         "--torch-update-perf",
         "torch_update_perf",

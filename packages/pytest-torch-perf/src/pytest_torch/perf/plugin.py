@@ -45,6 +45,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``--torch-perf-measure=instructions``: run this session under Valgrind instead
+    (see ``measure.valgrind``), and return its exit status."""
+    from pytest_torch.perf.settings import measure_mode
+
+    if measure_mode(config) != "instructions":
+        return None
+    from pytest_torch.perf.instruction_session import launch
+
+    return launch(config)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     LATENCY.register(config)
     BENCHMARK.register(config)
@@ -219,9 +232,11 @@ def pytest_configure_node(node: Any) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
     """xdist's controller: take over the baselines a worker recorded."""
-    recordings = getattr(node, "workeroutput", {}).get(session_results.WORKER_RECORDINGS)
-    if recordings:
-        session_results.take_over(node.config.stash[settings_key], recordings)
+    output = getattr(node, "workeroutput", {})
+    recordings = output.get(session_results.WORKER_RECORDINGS)
+    counts = output.get(session_results.WORKER_COUNTS)
+    if recordings or counts:
+        session_results.take_over(node.config.stash[settings_key], recordings or {}, counts)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -22,6 +22,14 @@ DEFAULT_LATENCY_TOLERANCE = 0.3
 DEFAULT_MEMORY_TOLERANCE = 0.1
 #: Peak-memory growth below this is never a regression (allocator rounding).
 MEMORY_SLACK_BYTES = MIB
+#: How many more instructions than its baseline a call may count
+#: (``--torch-perf-measure=instructions``): the same call counts within 0.1 % of
+#: itself from one process to the next (``benchmarks/instruction_counts.py``).
+DEFAULT_INSTRUCTION_TOLERANCE = 0.01
+#: Instructions added to that limit: dictionary probes and allocator paths move a call's
+#: count by up to 2,200 instructions between processes whatever its size (seen on a
+#: 145,000-instruction call), which is 1.5 % of a tiny call and nothing of a large one.
+DEFAULT_INSTRUCTION_SLACK = 5000
 
 #: What a tolerance means, for the messages that reject one: "(0.3 allows 30 % more
 #: than the baseline)".

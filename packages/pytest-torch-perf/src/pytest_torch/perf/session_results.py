@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 COMPILE_PREFIX = "torch_compile."
 #: where an xdist worker hands its recordings to the controller, which writes them once
 WORKER_RECORDINGS = "torch_perf_recordings"
+#: the same for instruction counts
+WORKER_COUNTS = "torch_perf_instruction_recordings"
 
 
 def collect(settings: PerfSettings, when: str, skipped: bool, properties: Sequence[Any]) -> None:
@@ -48,29 +50,44 @@ def hand_to_controller(settings: PerfSettings, workeroutput: MutableMapping[str,
             machine: {label: entry.to_json() for label, entry in tests.items()}
             for machine, tests in settings.pending.items()
         }
+    if settings.instruction_pending:
+        workeroutput[WORKER_COUNTS] = {
+            key: {label: entry.to_json() for label, entry in tests.items()}
+            for key, tests in settings.instruction_pending.items()
+        }
 
 
-def take_over(settings: PerfSettings, recordings: Mapping[str, Mapping[str, Any]]) -> None:
-    """xdist's controller: take over the baselines a worker recorded (``recordings``: what
-    :func:`hand_to_controller` wrote under :data:`WORKER_RECORDINGS`)."""
-    from pytest_torch.perf.baselines import Baseline
+def take_over(
+    settings: PerfSettings,
+    recordings: Mapping[str, Mapping[str, Any]],
+    counts: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """xdist's controller: take over the baselines a worker recorded (``recordings`` and
+    ``counts``: what :func:`hand_to_controller` wrote under :data:`WORKER_RECORDINGS` and
+    :data:`WORKER_COUNTS`)."""
+    from pytest_torch.perf.baselines import Baseline, InstructionBaseline
 
     for machine, tests in recordings.items():
         for label, entry in tests.items():
             settings.pending.setdefault(machine, {})[label] = Baseline.from_json(entry, label)
+    for key, tests in (counts or {}).items():
+        for label, entry in tests.items():
+            found = InstructionBaseline.from_json(entry, label)
+            settings.instruction_pending.setdefault(key, {})[label] = found
 
 
 def write_baselines(settings: PerfSettings) -> str | None:
     """Merge the session's new baselines into the file; the error message if it fails
     (then nothing is reported as recorded)."""
-    if not settings.pending:
+    if not settings.pending and not settings.instruction_pending:
         return None
     from pytest_torch.perf.baselines import BaselineFileError
 
     try:
-        settings.file().merge(settings.pending)
+        settings.file().merge(settings.pending, settings.instruction_pending)
     except BaselineFileError as exc:
         settings.pending.clear()
+        settings.instruction_pending.clear()
         return str(exc)
     return None
 
@@ -112,6 +129,11 @@ def summary(settings: PerfSettings) -> list[tuple[str | None, list[str]]]:
     if written:
         where = settings.baseline_path
         line = f"recorded {written} perf baseline(s) for this machine in {where}"
+        sections.append((None, [line]))
+    counted = sum(len(tests) for tests in settings.instruction_pending.values())
+    if counted:
+        keys = ", ".join(sorted(settings.instruction_pending))
+        line = f"recorded {counted} instruction count(s) for {keys} in {settings.baseline_path}"
         sections.append((None, [line]))
     return sections
 

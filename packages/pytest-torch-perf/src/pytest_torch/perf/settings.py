@@ -17,7 +17,7 @@ from pytest_torch.core.options import float_option, int_option, option_or_ini, o
 from pytest_torch.core.session import xdist_worker
 
 if TYPE_CHECKING:
-    from pytest_torch.perf.baselines import Baseline, BaselineFile
+    from pytest_torch.perf.baselines import Baseline, BaselineFile, InstructionBaseline
     from pytest_torch.perf.check_records import PerfRecord
     from pytest_torch.perf.compilation.checks import CompileRecord
     from pytest_torch.perf.measure.timing import SamplingSettings
@@ -39,6 +39,9 @@ class PerfSettings:
         busy_max_time: float = 3.0,
         min_undisturbed: int = 5,
         fresh_processes: int = 10,
+        measure: str = "wall",
+        instruction_tolerance: float = 0.01,
+        slack_instructions: int = 5000,
     ) -> None:
         self.update = update
         self.strict = strict
@@ -50,6 +53,11 @@ class PerfSettings:
         #: how many fresh processes may measure a short call's modest regression again
         self.fresh_processes = fresh_processes
         self.slack_ms = slack_ms
+        #: "wall" or "instructions" (--torch-perf-measure), and the latter's rule
+        self.measure = measure
+        self.instruction_tolerance = instruction_tolerance
+        self.slack_instructions = slack_instructions
+        self.instruction_pending: dict[str, dict[str, InstructionBaseline]] = {}
         #: torch's intra-op threads while measuring (--torch-perf-threads)
         self.threads = threads
         self.threads_warning: str | None = None
@@ -90,6 +98,10 @@ class PerfSettings:
 
     def header(self) -> list[str]:
         """The lines of the run's header: the thread count, and a warning if it overruns."""
+        if self.measure == "instructions":
+            from pytest_torch.perf.measure.valgrind import session_header
+
+            return [session_header()]
         count = self.threads
         lines = [
             f"torch perf: measurements on {count} intra-op thread{'s' if count != 1 else ''}"
@@ -108,6 +120,21 @@ def read_settings(config: pytest.Config) -> PerfSettings:
     update = bool(option_or_ini(config, "torch_update_perf"))
     path = Path(str(option_or_ini(config, "torch_perf_baselines")))
     settings = PerfSettings(
+        measure=measure_mode(config),
+        instruction_tolerance=float_option(
+            config,
+            "torch_perf_instruction_tolerance",
+            "--torch-perf-instruction-tolerance",
+            zero=True,
+            example="0.01",
+        ),
+        slack_instructions=int_option(
+            config,
+            "torch_perf_slack_instructions",
+            "--torch-perf-slack-instructions",
+            minimum=0,
+            example=5000,
+        ),
         update=update,
         strict=bool(option_or_ini(config, "torch_perf_strict")),
         baseline_path=path if path.is_absolute() else config.rootpath / path,
@@ -157,6 +184,22 @@ def read_settings(config: pytest.Config) -> PerfSettings:
             ' pip install matplotlib (or pip install "pytest-torch[perf]")'
         )
     return settings
+
+
+MEASURE_MODES = ("wall", "instructions")
+
+
+def measure_mode(config: pytest.Config) -> str:
+    """``--torch-perf-measure``: wall or instructions; a usage error naming its source."""
+    value = str(option_or_ini(config, "torch_perf_measure")).strip()
+    if value not in MEASURE_MODES:
+        source = option_source(config, "torch_perf_measure", "--torch-perf-measure")
+        raise pytest.UsageError(
+            f"{source}: expected one of {', '.join(MEASURE_MODES)}, got {value!r}."
+            f" Example: --torch-perf-measure=instructions (counts instructions under"
+            f" Valgrind; wall, the default, times on this machine's clock)"
+        )
+    return value
 
 
 def thread_count(config: pytest.Config) -> int:

@@ -173,6 +173,9 @@ class CaseResult:
     peak_memory: dict[str, int] = field(default_factory=dict)
     baseline_ms: float | None = None
     change_pct: float | None = None
+    #: instructions per call and the baseline's (--torch-perf-measure=instructions)
+    instructions: int | None = None
+    baseline_instructions: int | None = None
     #: the statistic compared with the baseline (min; an older baseline's own)
     stat: str = ""
     verdict: str = ""

@@ -38,6 +38,23 @@ def _columns(results: list[CaseResult]) -> list[tuple[str, str]]:
     return list(dict.fromkeys((result.dtype, result.mode) for result in results))
 
 
+def _cells(result: CaseResult | None) -> tuple[str, str]:
+    """A case's cells: its figure (latency and throughput, or instructions) and its
+    change and verdict; "-" for no case, "skipped" for one that did not run."""
+    if result is None:
+        return "-", "-"
+    if result.status != "ok" or (result.median_ms is None and result.instructions is None):
+        return "skipped", "skipped"
+    if result.median_ms is None:
+        figure = f"{result.instructions:,} instr"
+    else:
+        figure = f"{fmt_ms(result.median_ms)}  {fmt_rate(result.throughput)}"
+    digits = 1 if result.instructions is None else 2  # counts move by tenths of a %
+    change = "" if result.change_pct is None else f"{result.change_pct:+.{digits}f} % "
+    verdict = "improved" if result.verdict.startswith("improved") else result.verdict
+    return figure, f"{change}{verdict}".strip() or "-"
+
+
 def render(results: list[CaseResult], machine: str) -> list[str]:
     """One block per suite and device: latency and throughput, speed-ups, baselines."""
     lines: list[str] = []
@@ -60,20 +77,11 @@ def render(results: list[CaseResult], machine: str) -> list[str]:
             row, verdict_row = [str(batch)], [str(batch)]
             for dtype, mode in columns:
                 result = by_key.get((dtype, mode, batch))
-                if result is None:
-                    row.append("-")
-                    verdict_row.append("-")
-                elif result.status != "ok" or result.median_ms is None:
-                    row.append("skipped")
-                    verdict_row.append("skipped")
+                figure, verdict = _cells(result)
+                row.append(figure)
+                verdict_row.append(verdict)
+                if result is not None and figure == "skipped":
                     skipped[f"{dtype} {mode}"] = result.reason
-                else:
-                    row.append(f"{fmt_ms(result.median_ms)}  {fmt_rate(result.throughput)}")
-                    change = "" if result.change_pct is None else f"{result.change_pct:+.1f} % "
-                    verdict = (
-                        "improved" if result.verdict.startswith("improved") else result.verdict
-                    )
-                    verdict_row.append(f"{change}{verdict}".strip() or "-")
             for dtype in speedups:
                 eager, compiled = (
                     by_key.get((dtype, "eager", batch)),
@@ -85,13 +93,22 @@ def render(results: list[CaseResult], machine: str) -> list[str]:
                     row.append("-")
             rows.append(row)
             verdicts.append(verdict_row)
-        lines += ["  median latency per call and throughput (samples/s = batch / median)"]
+        counted = any(r.instructions is not None for r in cases)
+        if counted:
+            lines += ["  instructions per call (counted under Valgrind, smallest of the calls)"]
+        else:
+            lines += ["  median latency per call and throughput (samples/s = batch / median)"]
         lines += format_table(rows, left=(0,), rule=True, indent="  ")
         judged = [r for r in cases if r.status == "ok" and r.verdict != "no baseline"]
         if judged:
             stats = ", ".join(sorted({r.stat for r in judged if r.stat})) or "-"
             lines += [f"  change vs baseline (statistic: {stats}) and verdict"]
             lines += format_table(verdicts, left=(0,), rule=True, indent="  ")
+        elif counted:
+            lines.append(
+                "  no instruction counts under this run's key yet: record them with"
+                " pytest --torch-benchmark --torch-update-perf --torch-perf-measure=instructions"
+            )
         elif any(r.status == "ok" for r in cases):
             lines.append(
                 "  no baselines for this machine yet: record them with"

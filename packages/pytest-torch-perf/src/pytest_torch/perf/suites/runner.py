@@ -7,14 +7,16 @@ and plots; this module puts them together for ``plugin``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 if TYPE_CHECKING:
+    import torch
+
     from pytest_torch.perf.measure.timing import LatencyResult
     from pytest_torch.perf.settings import PerfSettings
-    from pytest_torch.perf.suites.cases import Case
+    from pytest_torch.perf.suites.cases import Case, CaseResult
 
 
 def parametrize_suite(metafunc: pytest.Metafunc) -> None:
@@ -92,6 +94,9 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
         item.user_properties.append((cases.PROPERTY, result.to_json()))
         pytest.skip(str(skipped))
 
+    if settings.measure == "instructions":
+        _count_case(item, settings, result, (model, args, kwargs), device)
+        return
     taken: list[tuple[LatencyResult, dict[str, int]]] = []
 
     def measure() -> tuple[LatencyResult, dict[str, int]]:
@@ -121,3 +126,38 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
         raise outcome.error()
     if outcome.status == "skip" and outcome.record.verdict != "no baseline":
         pytest.skip(outcome.message)  # not comparable or not judged: say so
+
+
+def _count_case(
+    item: pytest.Function,
+    settings: PerfSettings,
+    result: CaseResult,
+    call: tuple[Any, tuple[Any, ...], dict[str, Any]],
+    device: torch.device,
+) -> None:
+    """A case in a run that counts instructions: counted, recorded or compared like a
+    ``perf_baseline`` call; its row of the perf table and its figures go to the report."""
+    __tracebackhide__ = True
+    from pytest_torch.perf.check_runner import apply_outcome, count_check, publish
+    from pytest_torch.perf.suites import cases
+
+    model, args, kwargs = call
+    try:
+        outcome = count_check(
+            settings, item.nodeid, item.nodeid, model, args, kwargs, device,
+            settings.instruction_tolerance,
+        )  # fmt: skip
+    except AssertionError:
+        result.status, result.verdict = "ok", "not counted"
+        item.user_properties.append((cases.PROPERTY, result.to_json()))
+        raise
+    row = outcome.record
+    result.instructions = None if row.instructions is None else int(row.instructions)
+    ref = row.reference_instructions
+    result.baseline_instructions = None if ref is None else int(ref)
+    result.change_pct, result.stat, result.verdict = row.change_pct, row.stat, row.verdict
+    item.user_properties.append((cases.PROPERTY, result.to_json()))
+    publish(item, row)
+    if outcome.status == "skip" and row.verdict == "no baseline":
+        return  # the figures are still the point, as in a wall-clock run
+    apply_outcome(outcome)

@@ -1,0 +1,180 @@
+"""Counting the instructions of one call under Callgrind (``--torch-perf-measure=instructions``).
+
+The session runs under Valgrind (``measure.valgrind``). A count switches Callgrind's
+instrumentation on, warms the call up (the first calls of a call site on Python 3.11
+count about 5 % more: the interpreter specialises its bytecode), then counts each of
+several calls on its own and keeps the smallest: a single call can count 20 % more when
+glibc's allocator tidies its free lists during it, and nothing makes a call count less
+than its work. One intra-op thread, whatever else is set: a second thread makes counts
+depend on how threads interleave (+42 to +143 %, 22 to 70 % apart between runs).
+
+Python code's counts also depend on the interpreter's attribute cache: a lookup whose
+entry collides with another's misses every time and walks the class hierarchy, and
+which entries collide depends on the version numbers classes were given, so on what the
+process did before. One process in four or five counted a small model's steps 1.2 %
+higher for that. So each counted call runs in a cache of its own: emptied, with the
+version numbers moved on by a different amount, and filled by one uncounted call first.
+The smallest count is then the one without such collisions.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_torch.perf.measure import callgrind_output, client_requests
+
+#: calls before counting, and calls counted (the smallest count is kept)
+WARMUPS = 2
+REPEATS = 5
+#: a call that took longer than this (instrumented) is counted 3 times after 1 warm-up
+LONG_CALL_S = 2.0
+_dumps = itertools.count()
+
+
+class InstructionsUnavailable(Exception):
+    """This process cannot count instructions; the message says why and what to do."""
+
+
+@dataclass
+class Counted:
+    """The instructions of one call: the smallest of ``repeats`` counts, and the
+    functions that counted most in that call (their own counts)."""
+
+    instructions: int
+    repeats: list[int]
+    warmups: int
+    functions: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def spread(self) -> float:
+        """(largest - smallest) / smallest of the counts."""
+        low = min(self.repeats)
+        return (max(self.repeats) - low) / low if low else 0.0
+
+
+def count_key(valgrind_version: str) -> str:
+    """What an instruction count depends on besides the code: torch, Python, Valgrind,
+    and the CPU kernels torch picked under Valgrind (its CPU capability)."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    return (
+        f"torch={torch.__version__} python={platform.python_version()}"
+        f" valgrind={valgrind_version} cpu={platform.machine()}/{capability}"
+    )
+
+
+def parse_key(key: str) -> dict[str, str]:
+    """``torch=2.13.0 python=...`` -> {"torch": "2.13.0", ...}."""
+    return dict(part.partition("=")[::2] for part in key.split())
+
+
+def _dump_folder() -> tuple[str, Path]:
+    from pytest_torch.perf.measure.valgrind import session
+
+    found = session()
+    if found is None or not client_requests.running_on_valgrind():
+        raise InstructionsUnavailable(
+            "this process does not run under the plugin's Valgrind session, so it cannot"
+            " count instructions. Start pytest itself with --torch-perf-measure=instructions"
+            " (not under valgrind by hand): the plugin runs the session under Valgrind"
+        )
+    return found
+
+
+def _take_dump(folder: Path, tag: str) -> callgrind_output.Dump:
+    """Write Callgrind's counts since the last dump, read them, and remove the file."""
+    import os
+
+    reason = f"pytest-torch {os.getpid()} {tag}"
+    client_requests.dump_stats(reason)
+    files = sorted(
+        folder.glob(f"callgrind.{os.getpid()}.*"),
+        key=lambda path: int(path.suffix[1:]) if path.suffix[1:].isdigit() else -1,
+    )
+    for path in reversed(files):
+        dump = callgrind_output.read(path)
+        path.unlink()
+        if dump.trigger.endswith(reason):
+            return dump
+    raise InstructionsUnavailable(
+        f"Callgrind wrote no counts into {folder} for this call (is the folder writable?)"
+    )
+
+
+#: how far each counted call moves the classes' version numbers on from the last
+_VERSION_STEP = 97
+
+
+def _new_attribute_cache(index: int) -> None:
+    """Empty the interpreter's attribute cache and use up ``index * _VERSION_STEP``
+    version numbers, so the next calls give classes other numbers, which collide in
+    other places (see the module's docstring)."""
+    # also drops every class's version number (3.13 renamed it, deprecating the old name)
+    clear = getattr(sys, "_clear_internal_caches", None) or sys._clear_type_cache
+    clear()
+    holder: type = type("_VersionNumbers", (), {})
+    for step in range(index * _VERSION_STEP):
+        if step % 500 == 0:  # Python 3.12+ gives one class at most 1,000 numbers
+            holder = type("_VersionNumbers", (), {})
+        holder.number = step  # type: ignore[attr-defined]  # the class changes: number dropped
+        _ = holder.number  # type: ignore[attr-defined]  # looked up: a new number given
+
+
+def count_call(run: Callable[[], Any]) -> Counted:
+    """Count ``run()`` (already bound to its inputs, in its thread count and mode)."""
+    _, folder = _dump_folder()
+    enabled = gc.isenabled()
+    client_requests.start_instrumentation()
+    try:
+        started = time.perf_counter()
+        result = run()
+        del result
+        long = time.perf_counter() - started > LONG_CALL_S
+        warmups, repeats = (1, 3) if long else (WARMUPS, REPEATS)
+        for _ in range(warmups - 1):
+            result = run()
+            del result
+        gc.collect()
+        gc.disable()  # a collection inside a counted call is not the call's work
+        dumps = []
+        for index in range(repeats):
+            if not long:  # a long call is the kernels': the cache is noise there
+                _new_attribute_cache(index)
+                result = run()
+                del result
+            tag = str(next(_dumps))
+            client_requests.toggle_collect()
+            result = run()
+            client_requests.toggle_collect()
+            del result  # freed outside the count, as the warm-up calls' results were
+            dumps.append(_take_dump(folder, tag))
+    finally:
+        if enabled:
+            gc.enable()
+        client_requests.stop_instrumentation()
+    smallest = min(dumps, key=lambda dump: dump.instructions)
+    return Counted(
+        instructions=smallest.instructions,
+        repeats=[dump.instructions for dump in dumps],
+        warmups=warmups,
+        functions=callgrind_output.top_functions(smallest.functions),
+    )
+
+
+def count_instructions(target: Any, *inputs: Any, **kwargs: Any) -> Counted:
+    """Count ``target(*inputs, **kwargs)``: modules in inference mode, callables as
+    given, on one intra-op thread (restored after)."""
+    from pytest_torch.perf.measure.calls import bind, run_context, torch_threads
+
+    run = bind(target, inputs, kwargs)
+    with torch_threads(1), run_context(target):
+        return count_call(run)

@@ -1,0 +1,160 @@
+"""--torch-perf-measure=instructions in real runs: usage errors before any test runs
+(in-process), and a few live sessions under Valgrind (in a subprocess: the plugin runs
+the session again under Valgrind), skipped where Valgrind is not installed."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pytest_torch.perf.measure.valgrind import INSTALL_HINT
+
+SUITE = """
+import os
+
+import pytest
+import torch
+
+from pytest_torch.perf import benchmark_suite
+
+CALLS = int(os.environ.get("CALLS", "10"))
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32))
+x = torch.randn(4, 32)
+
+
+def steps():
+    with torch.inference_mode():
+        for _ in range(CALLS):
+            model(x)
+
+
+def test_steps(perf_baseline):
+    perf_baseline(steps)
+
+
+def test_steady(perf_baseline):
+    perf_baseline(model, x)
+
+
+@pytest.mark.torch_max_latency(ms=1000)
+def test_budget(latency):
+    latency(model, x)
+
+
+@benchmark_suite(batch_sizes=(2,))
+def test_cases(batch_size):
+    return model, torch.randn(batch_size, 32)
+"""
+
+needs_valgrind = pytest.mark.skipif(
+    shutil.which("valgrind") is None or not sys.platform.startswith("linux"),
+    reason=f"needs Valgrind on Linux ({INSTALL_HINT})",
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "named"),
+    [
+        (["--torch-perf-measure=cycles"], "", "--torch-perf-measure: expected one of wall,"),
+        ([], "torch_perf_measure = instruction", "torch_perf_measure (in tox.ini): expected"),
+        (
+            ["--torch-perf-measure=instructions", "--torch-perf-instruction-tolerance=-0.01"],
+            "",
+            "--torch-perf-instruction-tolerance: expected a finite number >= 0, got '-0.01'",
+        ),
+        (
+            ["--torch-perf-measure=instructions"],
+            "torch_perf_instruction_tolerance = inf",
+            "torch_perf_instruction_tolerance (in tox.ini): expected a finite number",
+        ),
+        (
+            ["--torch-perf-measure=instructions", "--torch-perf-slack-instructions=1.5"],
+            "",
+            "--torch-perf-slack-instructions: expected a whole number >= 0, got '1.5'",
+        ),
+        (
+            ["--torch-perf-measure=instructions", "--torch-device=cpu,cuda"],
+            "",
+            "*--torch-device=cpu,cuda: instruction counts see only the CPU's work*",
+        ),
+    ],
+)
+def test_bad_settings_are_usage_errors_before_any_test_runs(pytester, run, args, ini, named):
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_never="def test_never():\n    raise AssertionError('ran')\n")
+    result = run(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: *{named}*"])
+    assert "ran" not in result.stdout.str()
+
+
+def test_no_valgrind_is_a_usage_error_naming_the_package(pytester, run, monkeypatch):
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the not-Linux message comes first here")
+    monkeypatch.setenv("PATH", str(pytester.path))
+    pytester.makepyfile(test_never="def test_never():\n    raise AssertionError('ran')\n")
+    result = run("--torch-perf-measure=instructions")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *Valgrind, which is not installed*apt-get install*"])
+
+
+def test_collect_only_needs_no_valgrind(pytester, run, monkeypatch):
+    monkeypatch.setenv("PATH", str(pytester.path))
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    run("--torch-perf-measure=instructions", "--collect-only").assert_outcomes()
+
+
+def _session(pytester, *args, calls=10):
+    pytester.makepyfile(test_counts=SUITE)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CALLS", str(calls))
+        return pytester.runpytest_subprocess(
+            "-p", "torch_perf", "--torch-perf-measure=instructions", "--torch-benchmark", "-rs",
+            "-p", "no:randomly", *args, timeout=240,
+        )  # fmt: skip
+
+
+@needs_valgrind
+def test_live_record_then_compare_under_xdist(pytester):
+    recorded = _session(pytester, "--torch-update-perf")
+    recorded.assert_outcomes(passed=3, skipped=1)
+    recorded.stdout.fnmatch_lines(
+        [
+            "torch perf: counting instructions under Valgrind *",
+            "test_counts.py::test_steps * instructions * min of 5 * instr * recorded*",
+            "recorded 3 instruction count(s) for torch=* valgrind=* cpu=* in *",
+            "*latency budget not judged: this run counts instructions under Valgrind*",
+        ]
+    )
+    document = json.loads((pytester.path / ".torch-perf-baselines.json").read_text())
+    assert "machines" in document and not document["machines"]
+    ((key, tests),) = document["instructions"].items()
+    assert set(tests) == {
+        "test_counts.py::test_steps",
+        "test_counts.py::test_steady",
+        "test_counts.py::test_cases[cpu-float32-eager-b2]",
+    }
+    assert tests["test_counts.py::test_steady"]["functions"]
+
+    # 11 calls instead of 10: exactly 1.1x the model's work, on two xdist workers
+    compared = _session(pytester, "-n", "2", "--junitxml=report.xml", calls=11)
+    compared.assert_outcomes(passed=2, failed=1, skipped=1)
+    compared.stdout.fnmatch_lines(
+        [
+            "*instruction count regression in test_counts.py::test_steps:",
+            "*instructions per call: * instr vs baseline * instr = 1.*x (+*",
+            "*grew most (own instructions per call: baseline -> now):",
+            f"*counted under {key}, 1 intra-op thread*",
+        ]
+    )
+    ratio = float(re.search(r"instr = ([\d.]+)x", compared.stdout.str()).group(1))
+    assert 1.08 < ratio < 1.11  # 11 calls against 10, less a count's fixed cost
+    xml = ET.parse(pytester.path / "report.xml")
+    names = {prop.get("name"): prop.get("value") for prop in xml.iter("property")}
+    assert float(names["torch_perf.test_counts.py::test_steady.instructions"]) > 0
