@@ -94,6 +94,23 @@ def test_bad_settings_are_usage_errors_before_any_test_runs(pytester, run, args,
     assert "ran" not in result.stdout.str()
 
 
+@pytest.mark.usefixtures("torch_seed")  # the inner test draws a Linear's weights
+def test_a_bad_instruction_tolerance_in_a_test_names_the_argument(pytester, run):
+    pytester.makepyfile(
+        test_tol="""
+        import torch
+
+        def test_tol(perf_baseline):
+            perf_baseline(torch.nn.Linear(2, 2), torch.ones(1, 2), instruction_tolerance=-1)
+        """
+    )
+    result = run("--torch-perf-max-time=0.01")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*perf_baseline: instruction_tolerance must be a finite number >= 0, got -1 (0.01 allows*"]
+    )
+
+
 def test_no_valgrind_is_a_usage_error_naming_the_package(pytester, run, monkeypatch):
     if not sys.platform.startswith("linux"):
         pytest.skip("the not-Linux message comes first here")

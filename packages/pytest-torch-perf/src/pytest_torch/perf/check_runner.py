@@ -188,7 +188,10 @@ def baseline_checker(item: pytest.Item, settings: PerfSettings) -> Callable[...,
         ):
             problem = None if value is None else tolerance_problem(what, value)
             if problem is not None:
-                raise ValueError(f"perf_baseline: {problem} {TOLERANCE_HINT}")
+                hint = TOLERANCE_HINT
+                if what == "instruction_tolerance":
+                    hint = "(0.01 allows 1 % more instructions than the baseline)"
+                raise ValueError(f"perf_baseline: {problem} {hint}")
         check_label = new_label(item, name, "baseline")
         device = call_device(item, target, inputs, {})
         if settings.measure == "instructions":

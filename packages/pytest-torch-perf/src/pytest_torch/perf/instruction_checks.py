@@ -169,6 +169,6 @@ def attribution(before: Mapping[str, int], now: Mapping[str, int]) -> list[str]:
 
 
 def _growth_text(growth: Growth) -> str:
-    before = "not kept" if growth.before is None else f"{growth.before:,}"
+    before = "below the baseline's top 100" if growth.before is None else f"{growth.before:,}"
     change = f"+{growth.change:,}" if growth.before is not None else f"up to +{growth.now:,}"
     return f"{change:>14}  {describe_function(growth.function)}  ({before} -> {growth.now:,})"
