@@ -184,6 +184,38 @@ def test_the_limit_is_baseline_times_tolerance_plus_slack(extra, status, verdict
     assert (outcome.status, outcome.record.verdict) == (status, verdict)
 
 
+@pytest.mark.parametrize(("extra", "status"), [(0, "pass"), (20_000, "pass"), (20_001, "fail")])
+def test_the_interpreters_part_of_the_baseline_widens_the_limit(extra, status):
+    # 400,000 of the baseline's instructions were the interpreter's: 5 % of them on top
+    baseline = InstructionBaseline(1_000_000, 0.0, 5, "then", interpreter=400_000)
+    now = Counted(1_010_000 + 1000 + extra, [0], 2, interpreter=999_999)  # now's part: unused
+    count, _ = _counter(now)
+    outcome = compare(
+        "t", baseline, count, key=KEY, tolerance=0.01, slack=1000, rerecord="R",
+        interpreter_allowance=0.05,
+    )  # fmt: skip
+    assert outcome.status == status
+    if status == "fail":
+        assert (
+            "limit 1,031,000 instr = baseline x (1 + tolerance 0.01) + 5 % of its 400,000"
+            " instructions in the Python interpreter + slack 1,000" in outcome.message
+        )
+
+
+def test_the_interpreters_part_is_its_library_or_executable():
+    functions = {
+        "_PyEval_EvalFrameDefault (libpython3.11.so.1.0)": 300,
+        "_Py_dict_lookup (python3.12)": 20,
+        "at::native::addmm_out (libtorch_cpu.so)": 500,
+        "PyObject_Call (libpython3.11d.so.1.0)": 1,  # a debug build is not one we know
+        "malloc (libc.so.6)": 7,
+    }
+    assert callgrind_output.interpreter_instructions(functions) == 320
+    ten = _recorded(10)
+    part = callgrind_output.interpreter_instructions(ten.functions)
+    assert 0 < part < ten.instructions
+
+
 def test_fewer_instructions_is_an_improvement_worth_recording():
     ten, eleven = _recorded(10), _recorded(11)
     count, _ = _counter(_counted(ten))
@@ -211,7 +243,7 @@ def test_the_baseline_file_keeps_counts_and_wall_clock_entries_apart(tmp_path):
 
     path = tmp_path / "baselines.json"
     wall = Baseline(1.0, "min", 0.01, "cpu", 1, "2.13.0", "3.11.7", "then")
-    count = InstructionBaseline(123, 0.001, 5, "then", {"f (lib.so)": 100})
+    count = InstructionBaseline(123, 0.001, 5, "then", {"f (lib.so)": 100}, interpreter=23)
     BaselineFile(path).merge({"machine": {"t": wall}}, {KEY: {"t": count}})
     BaselineFile(path).merge({"machine": {"u": wall}})  # a wall-clock run keeps the counts
     document = json.loads(path.read_text())
@@ -240,3 +272,14 @@ def test_where_counts_cannot_be_taken(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     problem = valgrind.unavailable() or ""
     assert "not installed" in problem and "apt-get install valgrind" in problem
+
+
+def test_a_counting_process_holds_an_idle_thread_until_cleanup():
+    import threading
+
+    end = valgrind.threaded_from_now_on()
+    (held,) = [t for t in threading.enumerate() if t.name == "pytest-torch-threaded"]
+    assert held.is_alive() and held.daemon
+    end()
+    held.join(timeout=10)
+    assert not held.is_alive()

@@ -160,7 +160,7 @@ def test_live_record_then_compare_under_xdist(pytester):
     assert tests["test_counts.py::test_steady"]["functions"]
 
     # 11 calls instead of 10: exactly 1.1x the model's work, on two xdist workers
-    compared = _session(pytester, "-n", "2", "--junitxml=report.xml", calls=11)
+    compared = _session(pytester, "-p", "xdist", "-n", "2", "--junitxml=report.xml", calls=11)
     compared.assert_outcomes(passed=2, failed=1, skipped=1)
     compared.stdout.fnmatch_lines(
         [
@@ -171,7 +171,9 @@ def test_live_record_then_compare_under_xdist(pytester):
         ]
     )
     ratio = float(re.search(r"instr = ([\d.]+)x", compared.stdout.str()).group(1))
-    assert 1.08 < ratio < 1.11  # 11 calls against 10, less a count's fixed cost
+    # 11 calls against 10, less a count's fixed cost; the interpreter's part (about half
+    # of this small model's count) moves a few % between a serial session and a worker
+    assert 1.07 < ratio < 1.13
     xml = ET.parse(pytester.path / "report.xml")
     names = {prop.get("name"): prop.get("value") for prop in xml.iter("property")}
     assert float(names["torch_perf.test_counts.py::test_steady.instructions"]) > 0

@@ -123,6 +123,8 @@ class InstructionBaseline:
     recorded: str
     #: the functions that counted most, with their own counts per call
     functions: dict[str, int] = field(default_factory=dict)
+    #: of ``instructions``, those the Python interpreter's own functions counted
+    interpreter: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -138,6 +140,7 @@ class InstructionBaseline:
                 repeats=int(data.get("repeats", 0)),
                 recorded=str(data.get("recorded", "?")),
                 functions={str(k): int(v) for k, v in dict(data.get("functions", {})).items()},
+                interpreter=int(data.get("interpreter", 0)),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise BaselineFileError(f"{where}: entry is malformed ({exc!r})") from None

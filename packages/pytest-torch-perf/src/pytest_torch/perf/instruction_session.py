@@ -36,6 +36,7 @@ def launch(config: pytest.Config) -> int | None:
                 " with the options the counts need (Callgrind, instrumentation off until a"
                 " check counts)"
             )
+        config.add_cleanup(valgrind.threaded_from_now_on())
         return None
     if getattr(config, "workerinput", None) is not None:
         raise pytest.UsageError(
@@ -75,5 +76,5 @@ def _check_rule_options(config: pytest.Config) -> None:
         "torch_perf_slack_instructions",
         "--torch-perf-slack-instructions",
         minimum=0,
-        example=5000,
+        example=10000,
     )

@@ -25,7 +25,7 @@ OPTIONS: tuple[tuple[str, str, str | None, str | None, str], ...] = (
         f"{DEFAULT_INSTRUCTION_TOLERANCE:g}",
         "FRACTION",
         "With --torch-perf-measure=instructions: how many more instructions than its"
-        " baseline a call may count before it is a regression (0.01: 1 %).",
+        " baseline a call may count before it is a regression (0.01 allows 1 percent more).",
     ),
     (
         "--torch-perf-slack-instructions",

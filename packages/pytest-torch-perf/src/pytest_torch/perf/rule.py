@@ -26,11 +26,23 @@ MEMORY_SLACK_BYTES = MIB
 #: (``--torch-perf-measure=instructions``): the same call counts within 0.1 % of
 #: itself from one process to the next (``benchmarks/instruction_counts.py``).
 DEFAULT_INSTRUCTION_TOLERANCE = 0.01
-#: Instructions added to that limit: dictionary probes and allocator paths move a call's
-#: count by up to 2,200 instructions between processes whatever its size (seen on a
-#: 145,000-instruction call), which is 1.5 % of a tiny call and nothing of a large one.
-DEFAULT_INSTRUCTION_SLACK = 5000
-
+#: Instructions added to that limit. A call that is mostly Python and dispatch counts
+#: differently after different earlier tests in its process (the interpreter adapts
+#: its bytecode to what ran; dictionaries and the allocator hold other states): the
+#: example regressor's 324,000-instruction call counted 5,400 more (1.7 %) when run
+#: alone than after the rest of its file, the same each time. A large call moves by
+#: the same few thousand, which is nothing to it.
+DEFAULT_INSTRUCTION_SLACK = 10_000
+#: Of the instructions the Python interpreter's own functions counted in the baseline,
+#: this much more is allowed on top. Their count depends on the process, not only on
+#: the code: the interpreter's attribute cache places an entry by the address of the
+#: attribute's name, so two names of one class that landed 32 KiB apart evict each
+#: other on every lookup, and where names land depends on everything the process did
+#: before (serial or under xdist, which tests ran first). A small model's call counted
+#: up to 4 % more of them in an xdist worker than in a serial session (2 % of its whole
+#: count, well over the tolerance); kernels' instructions do not move like that
+#: (``benchmarks/instruction_counts.py`` measures both).
+INTERPRETER_ALLOWANCE = 0.05
 #: What a tolerance means, for the messages that reject one: "(0.3 allows 30 % more
 #: than the baseline)".
 TOLERANCE_HINT = (

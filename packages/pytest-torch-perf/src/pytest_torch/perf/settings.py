@@ -41,7 +41,7 @@ class PerfSettings:
         fresh_processes: int = 10,
         measure: str = "wall",
         instruction_tolerance: float = 0.01,
-        slack_instructions: int = 5000,
+        slack_instructions: int = 10_000,
     ) -> None:
         self.update = update
         self.strict = strict
@@ -133,7 +133,7 @@ def read_settings(config: pytest.Config) -> PerfSettings:
             "torch_perf_slack_instructions",
             "--torch-perf-slack-instructions",
             minimum=0,
-            example=5000,
+            example=10000,
         ),
         update=update,
         strict=bool(option_or_ini(config, "torch_perf_strict")),

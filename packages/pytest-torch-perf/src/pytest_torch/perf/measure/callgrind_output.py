@@ -79,6 +79,20 @@ def function_key(name: str, obj: str) -> str:
     return f"{_strip_parameters(name) or name} ({_short_object(obj)})"
 
 
+_INTERPRETER = re.compile(r"\((lib)?python[\d.]*(\.so[\d.]*)?\)$")
+
+
+def is_interpreter(key: str) -> bool:
+    """Whether the function (a :func:`function_key`) is the Python interpreter's own
+    (``libpython3.11.so.1.0``, or a ``python3.11`` executable built without it)."""
+    return _INTERPRETER.search(key) is not None
+
+
+def interpreter_instructions(functions: Mapping[str, int]) -> int:
+    """The instructions the Python interpreter's own functions counted."""
+    return sum(value for key, value in functions.items() if is_interpreter(key))
+
+
 def describe_function(key: str) -> str:
     """The key, with the torch operator its code belongs to where the name says so, and
     what interpreter functions stand for."""
@@ -86,7 +100,7 @@ def describe_function(key: str) -> str:
     op = _OP.search(key)
     if op:
         notes.append(f"aten::{op.group(1)}")
-    if re.search(r"\((lib)?python[\d.]*(\.so[\d.]*)?\)$", key):
+    if is_interpreter(key):
         notes.append("Python interpreter")
     return f"{key} [{'; '.join(notes)}]" if notes else key
 

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 #: set for the session under Valgrind: "<valgrind version>:<folder of Callgrind's files>"
@@ -167,6 +168,20 @@ _ROUTINE = re.compile(
     r"==\d+== ($|Callgrind, |Copyright |Using Valgrind|Command: |Parent PID: |Using source"
     r"|For interactive|Events +:|Collected +:|I +refs:)"
 )
+
+
+def threaded_from_now_on() -> Callable[[], None]:
+    """Start a thread that only waits, and return what ends it. glibc's allocator takes
+    shorter paths (no locks) while a process has never had a second thread, and keeps
+    the longer ones once it has: a serial session would count a small model's allocations
+    7 % cheaper than an xdist worker (which has execnet's thread) or a session in which a
+    test started a DataLoader, so every counting process has a second thread from the
+    start."""
+    import threading
+
+    stop = threading.Event()
+    threading.Thread(target=stop.wait, name="pytest-torch-threaded", daemon=True).start()
+    return stop.set
 
 
 def _show_valgrind_log(folder: Path, code: int) -> None:
