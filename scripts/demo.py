@@ -8,7 +8,9 @@ folder (``examples/`` by default), with this Python:
 3. a part of it on two workers in deterministic mode (each worker's share of the cores
    and the deterministic settings are in the header);
 4. the benchmark suites, which are opt-in: their tables, JSON and plots;
-5. the failure gallery: what a failing test looks like, with its artifacts.
+5. instruction counts under Valgrind, where it is installed: the regressor's counts
+   recorded, then the perf tests compared on them (latency budgets skip, saying why);
+6. the failure gallery: what a failing test looks like, with its artifacts.
 
 With ``--copy-to DIR`` it runs in a fresh copy of the examples made there (what the
 test run does, so that the checkout is left as it was). ``tox -e demo`` runs it in
@@ -60,9 +62,33 @@ def steps(pytest_args: list[str]) -> list[tuple[str, list[str]]]:
                 " --torch-benchmark-plot=benchmark-results"
             ),
         ),
+        *instruction_steps(),
         (
             "the failure gallery: failing tests, with their heatmaps and tensors",
             shlex.split("failure_gallery.py --torch-failure-artifacts=failure-artifacts"),
+        ),
+    ]
+
+
+def instruction_steps() -> list[tuple[str, list[str]]]:
+    """Counting instructions: where Valgrind is installed (Linux), none otherwise."""
+    if shutil.which("valgrind") is None or not sys.platform.startswith("linux"):
+        print("(the instruction-count steps need Valgrind: apt-get install valgrind)")
+        return []
+    counted = "--torch-perf-measure=instructions -q --no-header -p no:randomly"
+    return [
+        (
+            "instruction counts under Valgrind: recorded once, keyed by torch, Python,"
+            " Valgrind and CPU kernels instead of by machine",
+            shlex.split(
+                f"-m pytest --torch-update-perf {counted} tests/test_performance.py"
+                " -k speed_does_not_regress"
+            ),
+        ),
+        (
+            "instruction counts compared: a 1 % gate no machine load moves (latency"
+            " budgets are wall-clock: they skip, saying why)",
+            shlex.split(f"-m pytest {counted} -rs tests/test_performance.py"),
         ),
     ]
 
