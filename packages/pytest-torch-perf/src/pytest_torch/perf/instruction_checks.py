@@ -104,7 +104,7 @@ def compare(
     """Count and compare with ``baseline``; a count over the limit is counted once more
     before it fails (the smaller of the two decides), and the failure names the
     functions that grew most."""
-    allowed = slack + round(interpreter_allowance * baseline.interpreter)
+    allowed = allowed_slack(baseline, slack, interpreter_allowance)
     counted = count()
     verdict = judge(counted.instructions, baseline.instructions, tolerance, allowed)
     counts = [counted]
@@ -148,6 +148,14 @@ def compare(
         f"  If the extra work is intended, re-record with: {rerecord}",
     ]
     return Outcome("fail", "\n".join(lines), row)
+
+
+def allowed_slack(
+    baseline: InstructionBaseline, slack: int, allowance: float = INTERPRETER_ALLOWANCE
+) -> int:
+    """What the rule adds to ``baseline x (1 + tolerance)``: the slack, and ``allowance``
+    of the instructions the interpreter counted in the baseline."""
+    return slack + round(allowance * baseline.interpreter)
 
 
 def limit_text(

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_torch.core.options import float_option, int_option, option_or_ini, option_source
+from pytest_torch.core.options import option_or_ini, option_source
+from pytest_torch.perf.settings import instruction_rule
 
 #: runs that measure nothing, which need no Valgrind
 _NOTHING_MEASURED = ("help", "version", "collectonly", "showfixtures", "show_fixtures_per_test",
@@ -64,17 +65,4 @@ def _refuse_gpu_devices(config: pytest.Config) -> None:
 def _check_rule_options(config: pytest.Config) -> None:
     """The tolerance and slack, checked here too: a bad one stops the run now, not after
     Valgrind has started (``settings.read_settings`` reads them for the session)."""
-    float_option(
-        config,
-        "torch_perf_instruction_tolerance",
-        "--torch-perf-instruction-tolerance",
-        zero=True,
-        example="0.01",
-    )
-    int_option(
-        config,
-        "torch_perf_slack_instructions",
-        "--torch-perf-slack-instructions",
-        minimum=0,
-        example=10000,
-    )
+    instruction_rule(config)

@@ -15,6 +15,7 @@ import pytest
 
 from pytest_torch.core.options import float_option, int_option, option_or_ini, option_source
 from pytest_torch.core.session import xdist_worker
+from pytest_torch.perf.rule import DEFAULT_INSTRUCTION_SLACK, DEFAULT_INSTRUCTION_TOLERANCE
 
 if TYPE_CHECKING:
     from pytest_torch.perf.baselines import Baseline, BaselineFile, InstructionBaseline
@@ -40,8 +41,8 @@ class PerfSettings:
         min_undisturbed: int = 5,
         fresh_processes: int = 10,
         measure: str = "wall",
-        instruction_tolerance: float = 0.01,
-        slack_instructions: int = 10_000,
+        instruction_tolerance: float = DEFAULT_INSTRUCTION_TOLERANCE,
+        slack_instructions: int = DEFAULT_INSTRUCTION_SLACK,
     ) -> None:
         self.update = update
         self.strict = strict
@@ -115,26 +116,34 @@ class PerfSettings:
 settings_key = pytest.StashKey[PerfSettings]()
 
 
+def instruction_rule(config: pytest.Config) -> tuple[float, int]:
+    """The instruction tolerance and slack; a usage error naming the option for a bad one."""
+    tolerance = float_option(
+        config,
+        "torch_perf_instruction_tolerance",
+        "--torch-perf-instruction-tolerance",
+        zero=True,
+        example=f"{DEFAULT_INSTRUCTION_TOLERANCE:g}",
+    )
+    slack = int_option(
+        config,
+        "torch_perf_slack_instructions",
+        "--torch-perf-slack-instructions",
+        minimum=0,
+        example=DEFAULT_INSTRUCTION_SLACK,
+    )
+    return tolerance, slack
+
+
 def read_settings(config: pytest.Config) -> PerfSettings:
     """The session's settings from its options; a usage error for a bad one."""
     update = bool(option_or_ini(config, "torch_update_perf"))
     path = Path(str(option_or_ini(config, "torch_perf_baselines")))
+    instruction_tolerance, slack_instructions = instruction_rule(config)
     settings = PerfSettings(
         measure=measure_mode(config),
-        instruction_tolerance=float_option(
-            config,
-            "torch_perf_instruction_tolerance",
-            "--torch-perf-instruction-tolerance",
-            zero=True,
-            example="0.01",
-        ),
-        slack_instructions=int_option(
-            config,
-            "torch_perf_slack_instructions",
-            "--torch-perf-slack-instructions",
-            minimum=0,
-            example=10000,
-        ),
+        instruction_tolerance=instruction_tolerance,
+        slack_instructions=slack_instructions,
         update=update,
         strict=bool(option_or_ini(config, "torch_perf_strict")),
         baseline_path=path if path.is_absolute() else config.rootpath / path,
