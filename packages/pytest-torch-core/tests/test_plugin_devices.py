@@ -249,3 +249,38 @@ def test_resolve_device_hook_decides_the_concrete_device(pytester, run):
     result = run("-v", "--torch-device=cpu")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*test_x[[]cpu[]] PASSED*"])
+
+
+def test_the_devices_marker_restricts_unittest_methods_too(pytester, run):
+    # unittest.TestCase methods never reach pytest_generate_tests: a suite of them alone
+    # must still skip a test that needs a device this machine lacks
+    pytester.makepyfile(
+        """
+        import unittest
+
+        import pytest
+
+        class TestKernels(unittest.TestCase):
+            @pytest.mark.torch_devices("cpu")
+            def test_on_cpu(self):
+                pass
+
+            @pytest.mark.torch_devices("mps", "xpu")
+            def test_elsewhere(self):
+                raise AssertionError("ran without its device")
+
+            @pytest.mark.torch_devices(device="cuda")
+            def test_bad_marker(self):
+                raise AssertionError("ran despite a malformed marker")
+        """
+    )
+    result = run("-rs")
+    result.assert_outcomes(passed=1, skipped=1, errors=1)  # the bad marker: at its set-up
+    result.stdout.fnmatch_lines(
+        [
+            "*::TestKernels::test_bad_marker: @pytest.mark.torch_devices takes device types as"
+            " positional arguments, got keyword(s) device.*",
+            "SKIPPED [[]1[]] *needs * or *; not available on this machine*",
+        ]
+    )
+    assert "ran despite" not in result.stdout.str()

@@ -92,11 +92,33 @@ def test_failure_report_shows_the_seed_and_the_command_that_reproduces_it(pytest
         [
             "*- torch_seed -*",
             "This test ran with seed *, derived from base seed 42 and the test id. Reproduce with:",
-            "  pytest 'test_failure_report_shows_the_seed_and_the_command_that_reproduces_it.py"
+            # the -p plugins of this run, where autoload is off, are part of the command
+            "  pytest *'test_failure_report_shows_the_seed_and_the_command_that_reproduces_it.py"
             "::test_fails[[]1[]]' --torch-seed=42",
         ]
     )
     assert result.stdout.str().count("This test ran with seed") == 1
+
+
+def test_the_reproduce_command_works_where_pytest_was_started(pytester, run, monkeypatch):
+    # the ini file at the repository root, pytest started in tests/: pytest reads the
+    # paths on its command line from there, so the command names the file from there
+    pytester.makeini("[pytest]\n")
+    tests = pytester.mkdir("tests")
+    (tests / "test_aug.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('p', ['a b'])\n"
+        "def test_flip(torch_seed, p):\n    assert False\n"
+    )
+    monkeypatch.chdir(tests)
+    result = run("--torch-seed=1234")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["  pytest *'test_aug.py::test_flip[[]a b[]]' --torch-seed=1234"])
+    assert "tests/test_aug.py::test_flip" not in result.stdout.str().split("Reproduce with")[1]
+    monkeypatch.chdir(pytester.path)
+    result = run("--torch-seed=1234", "tests")
+    result.stdout.fnmatch_lines(
+        ["  pytest *'tests/test_aug.py::test_flip[[]a b[]]' --torch-seed=1234"]
+    )
 
 
 def test_random_state_is_restored_after_a_seeded_test_even_when_it_fails(pytester, run):

@@ -87,3 +87,15 @@ def pytest_torch_runs_once(
     that measure performance, e.g. "it uses latency, which measures performance". The
     first non-None answer wins.
     """
+
+
+@pytest.hookspec
+def pytest_torch_reach_lines(config: pytest.Config) -> list[str] | None:
+    """Offer end-of-run lines on which tests one of this plugin's checks acted on.
+
+    Called once at the end of the run (on the xdist controller under xdist). Core prints
+    every plugin's lines in one section of the terminal summary, after its own lines
+    from :mod:`pytest_torch.core.reach` (which a check that notes each test there gets
+    without implementing this hook). pytest-torch-determinism answers with how many
+    tests ``--torch-deterministic`` was applied to. Each line starts with ``torch: ``.
+    """

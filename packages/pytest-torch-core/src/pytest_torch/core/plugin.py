@@ -7,22 +7,26 @@ Nothing here imports torch at load time.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_torch.core import devices, seeding, session
+from pytest_torch.core import devices, reach, seeding, session
 from pytest_torch.core.markers import DEVICES
 from pytest_torch.core.options import add_option_with_ini, option_or_ini, option_source
 from pytest_torch.core.selection import restriction, skip_reason
 from pytest_torch.core.settings import CoreSettings, get_settings, settings_key
+from pytest_torch.core.testkinds import is_unittest
 
 if TYPE_CHECKING:
     import torch
 
 seed_key = pytest.StashKey[int]()
+#: a malformed marker of a test that pytest_generate_tests never saw (a unittest method)
+marker_problem_key = pytest.StashKey[str]()
+#: the end-of-run section of the lines on which tests each check acted on
+REACH_TITLE = "torch: what the checks reached"
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -66,8 +70,22 @@ def pytest_configure(config: pytest.Config) -> None:
         base_seed = seeding.parse_base_seed(option_or_ini(config, "torch_seed"), source=seed_source)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[settings_key] = CoreSettings(device_types, device_source, base_seed)
+    settings = CoreSettings(device_types, device_source, base_seed)
+    config.stash[settings_key] = settings
+    config.pluginmanager.register(_ReachCollector(settings.reach), "torch_core_reach")
     session.push(config)
+
+
+class _ReachCollector:
+    """Adds up which tests each check acted on, from this process's reports and, on
+    the xdist controller, its workers'."""
+
+    def __init__(self, tally: reach.Reach) -> None:
+        self.tally = tally
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.tally.add(report)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -133,14 +151,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # machine without any of its device types (torch_device tests were handled when
     # they were parametrized).
     settings = get_settings(config)
-    if not settings.restrictions_seen:
+    # unittest.TestCase methods never reach pytest_generate_tests: look at every test
+    # when one is among them
+    if not settings.restrictions_seen and not any(map(is_unittest, items)):
         return
     for item in items:
         if "torch_device" in getattr(item, "fixturenames", ()):
             continue
-        wanted = restriction(item)
+        try:
+            wanted = restriction(item)
+        except ValueError as exc:  # a unittest method's marker: fails when it runs
+            item.stash[marker_problem_key] = str(exc)
+            continue
         if wanted is not None and not any(t in settings.available() for t in wanted):
             item.add_marker(pytest.mark.skip(reason=skip_reason(wanted, settings)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    problem = item.stash.get(marker_problem_key, None)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -157,18 +188,31 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    reach.attach(item, report)
     seed = item.stash.get(seed_key, None)
     if report.failed and seed is not None:
+        from pytest_torch.core.rerun import rerun_command
+
         settings = get_settings(item.config)
+        command = rerun_command(item.config, item.nodeid, [f"--torch-seed={settings.base_seed}"])
         report.sections.append(
             (
                 "torch_seed",
                 f"This test ran with seed {seed}, derived from base seed"
-                f" {settings.base_seed} and the test id. Reproduce with:\n"
-                f"  pytest {shlex.quote(item.nodeid)} --torch-seed={settings.base_seed}",
+                f" {settings.base_seed} and the test id. Reproduce with:\n  {command}",
             )
         )
     return report
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    lines = get_settings(config).reach.lines()
+    for offered in config.hook.pytest_torch_reach_lines(config=config):
+        lines += offered or []
+    if lines:
+        terminalreporter.write_sep("-", REACH_TITLE)
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(trylast=True)

@@ -132,3 +132,36 @@ def restore(snapshot: RngSnapshot) -> None:
             module.set_rng_state_all(states)
         else:
             module.set_rng_state(states[0])
+
+
+def drawn_since(snapshot: RngSnapshot) -> list[str]:
+    """The generators that moved since ``snapshot`` was captured: something drew random
+    numbers from them (an accelerator first used since then is not counted: it had no
+    state to compare)."""
+    import torch
+
+    moved = []
+    if random.getstate() != snapshot.python:
+        moved.append("Python's random")
+    np = _numpy()
+    if np is not None and snapshot.numpy is not None:
+        now = np.random.get_state()
+        if any(
+            not np.array_equal(a, b) if isinstance(a, np.ndarray) else a != b
+            for a, b in zip(now, snapshot.numpy, strict=False)
+        ):
+            moved.append("NumPy's global generator")
+    if not torch.equal(torch.get_rng_state(), snapshot.torch_cpu):
+        moved.append("torch's CPU generator")
+    for kind, module in _accelerator_modules():
+        before = snapshot.accelerators.get(kind)
+        if before is None or not _initialised(module):
+            continue
+        now_states = (
+            list(module.get_rng_state_all())
+            if hasattr(module, "get_rng_state_all")
+            else [module.get_rng_state()]
+        )
+        if any(not torch.equal(a, b) for a, b in zip(now_states, before, strict=False)):
+            moved.append(f"torch's {kind} generator")
+    return moved

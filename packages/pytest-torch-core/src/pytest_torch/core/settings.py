@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_torch.core import devices
+from pytest_torch.core.reach import Reach
 
 
 class CoreSettings:
@@ -22,6 +23,8 @@ class CoreSettings:
         self._available: list[str] | None = None
         #: whether any collected test carries a torch_devices marker
         self.restrictions_seen = False
+        #: which tests each check acted on (see ``reach``)
+        self.reach = Reach()
 
     def available(self) -> list[str]:
         """Available device types (imports torch on first use)."""
