@@ -211,7 +211,7 @@ def test_judge_and_culprits_on_made_up_censuses():
     censuses = [_census({loss: n, other: 2}, {"cpu": 100 + n, "cuda:0": 7}) for n in range(4)]
     verdict = judge(censuses, LeakCheck(3))
     assert verdict.tensors and verdict.devices == ["cpu"]
-    (found,) = culprits(censuses, verdict)
+    (found,) = culprits(censuses, verdict.devices)
     assert found.key == loss and found.per_run == 1 and found.bytes_per_run == 4
     assert not judge(censuses, LeakCheck(3, tolerance_tensors=1, tolerance_bytes=1)).leaking
 

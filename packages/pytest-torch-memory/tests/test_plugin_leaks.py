@@ -82,7 +82,7 @@ def test_leaks_are_found_and_named_and_clean_loops_pass(pytester, run):
         [
             "*_ test_keeps_every_loss _*",
             "memory leak: each of the 5 runs after the warm-up left more behind.",
-            "  live tensors after each run: * (+1 per run; tolerance 0)",
+            "  live tensors after each run: * (+1 per run; tolerance 0), * after one more, traced run",
             "What accumulates:",
             "  7 tensors, 1 per run: shape ??, float32, cpu, grad_fn=MseLossBackward0 (+* per run)",
             "    created at test_training.py:* in train_step(): `loss = F.mse_loss(*`",
@@ -125,7 +125,7 @@ def test_tolerance_from_the_marker_and_from_the_ini(pytester, run):
     )
     result = run()
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*(+1 per run; tolerance 0)"])
+    result.stdout.fnmatch_lines(["*(+1 per run; tolerance 0)*"])
     pytester.makeini(
         "[pytest]\ntorch_leak_tolerance_tensors = 1\ntorch_leak_tolerance_bytes = 64KiB\n"
     )
@@ -188,7 +188,15 @@ def test_perf_tests_are_never_repeated(pytester):
         """,
     )
     args = ("-p", "torch_memory", "-p", "torch_perf", "--torch-perf-max-time=0.01")
-    pytester.runpytest(*args, "--torch-leak-check", "test_timed.py").assert_outcomes(passed=2)
+    result = pytester.runpytest(*args, "--torch-leak-check", "test_timed.py")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(  # not repeated, and the end of the run says so
+        [
+            "torch: --torch-leak-check checked 1 of the 2 test bodies that ran; not checked:",
+            "  1 test: the body must run once (it uses latency, which measures performance):"
+            " repeating it would distort what it measures;*(test_timed.py::test_timed)",
+        ]
+    )
     result = pytester.runpytest(*args, "test_marked.py")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
@@ -255,11 +263,13 @@ def test_state_is_restored_after_a_leak_check_even_when_the_body_fails(pytester,
             " memory (once to warm up, then until a run leaves no more behind than the one"
             " before, at most 3), and one more, traced, when it leaks. Run 3 raised the"
             " error above; the first 2 runs passed. A run without the check runs it once.",
-            "Every run gets the same fixture values and starts from the same random state*",
-            "This test does not use torch_seed*",
+            "Every run gets the same fixture values (the same tmp_path folder, with what"
+            " earlier runs wrote) and starts from the same random state*",
         ]
     )
     assert "Run it as before with" not in result.stdout.str()  # the marker asked for it
+    # the body draws no random numbers: randomness is not what differs between the runs
+    assert "random numbers" not in result.stdout.str()
 
 
 # an earlier test leaves the global generator seeded; the next draws unseeded inputs
@@ -300,12 +310,61 @@ def test_a_later_run_that_raises_says_so_and_how_to_run_as_before(pytester, run)
             "*AssertionError: called again*",
             "--torch-leak-check runs every test's body up to 6 times*Run 2 raised the error above;"
             " the first run passed.*",
-            "*a global or module attribute, a cache, a counter*",
-            "This test does not use torch_seed*",
-            "Run it as before with: pytest test_a_later_run_that_raises_says_so_and_how_to_run_as_before.py::test_counts_its_calls (without --torch-leak-check)",
+            "*a global or module attribute, a class attribute, a cache, a counter*",
+            "Run it as before with: pytest *test_a_later_run_that_raises_says_so_and_how_to_run_as_before.py::test_counts_its_calls (without --torch-leak-check)",
         ]
     )
+    assert "random numbers" not in result.stdout.str()
     run().assert_outcomes(passed=1)
+
+
+def test_a_later_run_that_raises_names_randomness_only_where_the_body_draws(pytester, run):
+    pytester.makepyfile(
+        """
+        import torch
+
+        calls = []
+
+        def test_draws_then_counts():
+            x = torch.rand(3)
+            calls.append(1)
+            assert len(calls) == 1, "called again"
+
+        def test_seeded_draws_then_counts(torch_seed):
+            x = torch.rand(3)
+            calls.append(1)
+            assert len(calls) == 2, "called again"
+        """
+    )
+    result = run("--torch-leak-check", "-p", "no:randomly")
+    result.assert_outcomes(failed=2)
+    text = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "This test draws random numbers (torch's CPU generator) without torch_seed: its"
+            " draws come from whatever state earlier tests left*Request torch_seed*",
+        ]
+    )
+    assert text.count("This test draws random numbers") == 1  # not the seeded one
+
+
+def test_a_file_left_by_an_earlier_run_is_named_as_such(pytester, run):
+    pytester.makepyfile(
+        """
+        def test_writes(tmp_path):
+            with open(tmp_path / "out.txt", "x") as file:
+                file.write("x")
+        """
+    )
+    result = run("--torch-leak-check")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*FileExistsError*",
+            "The error is a file that already exists: an earlier run wrote it*",
+        ]
+    )
+    assert "random numbers" not in result.stdout.str()
 
 
 def test_leaks_are_checked_in_xdist_workers(pytester):

@@ -1,5 +1,11 @@
-"""The leak check's runner: the test function replaced by one that runs the body once
-to warm up and then the check's iterations, with the same fixture values.
+"""The leak check's runner: the test's body replaced by one that runs it once to warm
+up and then the check's iterations, with the same fixture values.
+
+A plain test function is replaced where pytest calls it (``pytest_pyfunc_call``); a
+``unittest.TestCase`` method where unittest calls it (the item's ``obj``, which pytest
+sets on the test case before running it), so ``setUp`` and ``tearDown`` run once around
+all the runs. A test the check cannot repeat (an async body, a body perf times, an item
+with no Python body) is noted in core's reach ledger, which the end of the run reports.
 
 The engine is :func:`pytest_torch.memory.leaks.check_for_leaks`; this module decides
 whether a test gets the check and wraps its body for it.
@@ -7,12 +13,14 @@ whether a test gets the check and wraps its body for it.
 
 from __future__ import annotations
 
-import inspect
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_torch.core import reach
+from pytest_torch.core.testkinds import is_async, is_unittest, kind_of
 from pytest_torch.memory.asked import leak_check_of, runs_once
 from pytest_torch.memory.markers import LEAK
 from pytest_torch.memory.measured_devices import devices_to_measure
@@ -23,8 +31,26 @@ if TYPE_CHECKING:
     from pytest_torch.memory.settings import MemorySettings
 
 
-#: (the run that raised, the check's iterations) when a run after the first raised
-RAISED_IN_RUN = pytest.StashKey[tuple[int, int]]()
+class RaisedInRun:
+    """A run after the first raised: which one, and what the runs drew at random."""
+
+    def __init__(self, run: int, iterations: int, drawn: list[str], error: str) -> None:
+        self.run = run
+        self.iterations = iterations
+        #: the global generators the body drew from ("torch's CPU generator")
+        self.drawn = drawn
+        #: the type of what it raised
+        self.error = error
+
+
+RAISED_IN_RUN = pytest.StashKey[RaisedInRun]()
+#: torch-internal growth that the check did not count as a leak, for the reach ledger
+OWN_GROWTH = pytest.StashKey[str]()
+
+
+def check_name(item: pytest.Item) -> str:
+    """How the test asked for the check: its marker, or the run-wide switch."""
+    return f"@pytest.mark.{LEAK.name}" if LEAK.mark_on(item) is not None else "--torch-leak-check"
 
 
 def raised_in_run(item: pytest.Item) -> str | None:
@@ -34,12 +60,18 @@ def raised_in_run(item: pytest.Item) -> str | None:
     found = item.stash.get(RAISED_IN_RUN, None)
     if found is None:
         return None
-    run, iterations = found
+    run, iterations = found.run, found.iterations
     marked = LEAK.mark_on(item) is not None
     how = (
         f"@pytest.mark.{LEAK.name} runs this test's body"
         if marked
         else "--torch-leak-check runs every test's body"
+    )
+    unittest = is_unittest(item)
+    same = (
+        "the same test case (setUp ran once before them)"
+        if unittest
+        else "the same fixture values (the same tmp_path folder, with what earlier runs wrote)"
     )
     lines = [
         f"{how} up to {iterations + 1} times to watch its memory (once to warm up, then"
@@ -47,62 +79,109 @@ def raised_in_run(item: pytest.Item) -> str | None:
         f" and one more, traced, when it leaks. Run {run} raised the error"
         f" above; the {'first run' if run == 2 else f'first {run - 1} runs'} passed. A run"
         " without the check runs it once.",
-        "Every run gets the same fixture values and starts from the same random state as"
-        " the first, so what differs is state the body changes and keeps: a global or"
-        " module attribute, a cache, a counter, a file, a generator of its own"
+        f"Every run gets {same} and starts from the same random state as the first, so"
+        " what differs is state the body changes and keeps: a global or module attribute,"
+        " a class attribute, a cache, a counter, a file it wrote, a generator of its own"
         " (torch.Generator, numpy.random.default_rng) made outside the body.",
     ]
-    if "torch_seed" not in getattr(item, "fixturenames", ()):
+    if found.error == "FileExistsError":
         lines.append(
-            "This test does not use torch_seed: its random draws come from whatever state"
-            " earlier tests left, so in another order a plain run may fail the same way."
-            " Request torch_seed to draw the same values in every run and order."
+            "The error is a file that already exists: an earlier run wrote it, and every run"
+            " writes into the same folder. Write into a fresh folder inside the body"
+            " (tempfile.mkdtemp(dir=tmp_path)), or allow an existing file."
+        )
+    if found.drawn and "torch_seed" not in getattr(item, "fixturenames", ()):
+        lines.append(
+            f"This test draws random numbers ({', '.join(found.drawn)}) without torch_seed:"
+            " its draws come from whatever state earlier tests left, so in another order a"
+            " plain run may fail the same way. Request torch_seed to draw the same values"
+            " in every run and order."
         )
     if not marked:
-        lines.append(f"Run it as before with: pytest {item.nodeid} (without --torch-leak-check)")
+        from pytest_torch.core.rerun import rerun_command
+
+        command = rerun_command(item.config, item.nodeid)
+        lines.append(f"Run it as before with: {command} (without --torch-leak-check)")
     return "\n".join(lines)
 
 
-def leak_check_to_run(pyfuncitem: pytest.Function, settings: MemorySettings) -> LeakCheck | None:
-    """The leak check this test's body gets, or None: not asked for, a body that must
-    run once (e.g. perf times it; only reached by ``--torch-leak-check``, a marker on
-    such a test is a collection error), or an async body (run by its own plugin)."""
-    check = leak_check_of(pyfuncitem, settings)
+#: why the check cannot repeat a test, by kind; each completes "N tests: ..."
+CANNOT_REPEAT_ASYNC = (
+    "the body is a coroutine, run by its own event loop (an async plugin,"
+    " IsolatedAsyncioTestCase), which the check cannot repeat; check the step with"
+    " assert_no_memory_leak(lambda: asyncio.run(step()))"
+)
+
+
+def leak_check_to_run(item: pytest.Item, settings: MemorySettings) -> LeakCheck | None:
+    """The leak check this test's body gets, or None: not asked for, or a body the check
+    cannot repeat (noted in core's reach ledger, with why): an item without a Python
+    body, a body that must run once (e.g. perf times it; only reached by
+    ``--torch-leak-check``, a marker on such a test is a collection error), an async
+    body. ValueError for a malformed marker (a collection error, except on unittest
+    methods, which pytest never shows to ``pytest_generate_tests``)."""
+    check = leak_check_of(item, settings)
     if check is None:
         return None
-    if runs_once(pyfuncitem.config, pyfuncitem.nodeid, pyfuncitem.fixturenames) is not None:
+    name = check_name(item)
+    if not isinstance(item, pytest.Function):
+        reach.not_acted(item, name, f"no Python test body to repeat ({kind_of(item)})")
         return None
-    if inspect.iscoroutinefunction(pyfuncitem.obj):
+    why = runs_once(item.config, item.nodeid, getattr(item, "fixturenames", ()))
+    if why is not None:
+        reach.not_acted(
+            item,
+            name,
+            f"the body must run once ({why}): repeating it would distort what it measures;"
+            " check the step for leaks in a test of its own",
+        )
         return None
+    if is_async(item):
+        reach.not_acted(item, name, CANNOT_REPEAT_ASYNC)
+        return None
+    reach.acted(item, name)
     return check
 
 
-def repeating_body(pyfuncitem: pytest.Function, check: LeakCheck) -> Callable[..., None]:
-    """The test function, run repeatedly and failing the test with the leak report
-    (also kept in its ``user_properties``) when every run left more behind."""
-    original = pyfuncitem.obj
-    accelerators = [d for d in devices_to_measure(pyfuncitem, None) if d.type != "cpu"]
-    root = str(pyfuncitem.config.rootpath)
+def repeating_body(item: pytest.Function, check: LeakCheck) -> Callable[..., None]:
+    """The test's body (its ``obj``), run repeatedly and failing the test with the leak
+    report (also kept in its ``user_properties``) when every run left more behind."""
+    original = item.obj
+    accelerators = [d for d in devices_to_measure(item, None) if d.type != "cpu"]
+    root = str(item.config.rootpath)
 
     def run_repeatedly(**kwargs: Any) -> None:
         __tracebackhide__ = True
-        from pytest_torch.memory.leaks import check_for_leaks
+        from pytest_torch.core import seeding
+        from pytest_torch.memory.leaks import examine
 
         runs = 0
+        start = seeding.capture()
+        drawn: list[str] = []
 
         def counted() -> object:
-            nonlocal runs
+            nonlocal runs, drawn
             runs += 1
-            return original(**kwargs)
+            result = original(**kwargs)
+            if runs == 1:
+                drawn = seeding.drawn_since(start)
+            return result
 
         try:
-            message = check_for_leaks(counted, check, accelerators, root)
-        except BaseException:
+            found = examine(counted, check, accelerators, root)
+        except BaseException as raised:
             if runs > 1:  # the report says which run raised (see raised_in_run)
-                pyfuncitem.stash[RAISED_IN_RUN] = (runs, check.iterations)
+                moved = drawn or seeding.drawn_since(start)
+                error = type(raised).__name__
+                item.stash[RAISED_IN_RUN] = RaisedInRun(runs, check.iterations, moved, error)
             raise
-        if message is not None:
-            pyfuncitem.user_properties.append((LEAK_PROPERTY, message))
-            pytest.fail(message, pytrace=False)
+        if found.torch_own is not None:
+            item.stash[OWN_GROWTH] = found.torch_own
+            reach.not_acted(item, check_name(item), found.torch_own)
+        if found.message is not None:
+            item.user_properties.append((LEAK_PROPERTY, found.message))
+            pytest.fail(found.message, pytrace=False)
 
+    if is_unittest(item):  # unittest reads the method's flags (expectedFailure) from it
+        return functools.wraps(original)(run_repeatedly)
     return run_repeatedly

@@ -27,6 +27,7 @@ from pytest_torch.memory.settings import read_settings, settings_key
 if TYPE_CHECKING:
     from pytest_torch.core.tables import ReportTable
     from pytest_torch.memory.results import MemoryResults
+    from pytest_torch.memory.settings import MemorySettings
 
 pytest_plugins = ["torch_core"]
 
@@ -131,6 +132,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         raise pytest.Collector.CollectError(str(exc)) from None
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # unittest.TestCase methods never reach pytest_generate_tests: their markers are
+    # seen here (and their arguments checked when the test runs)
+    if config.pluginmanager.has_plugin(RUNNER):
+        return
+    from pytest_torch.core.testkinds import is_unittest
+
+    for item in items:
+        if is_unittest(item) and (BUDGET.mark_on(item) or LEAK.mark_on(item)):
+            register_once(config, RUNNER, _Runner)
+            return
+
+
 class _Runner:
     """The per-test hooks, registered only once a test needs them (a marker, or a
     run-wide switch), so suites that never measure memory pay nothing per test."""
@@ -138,22 +152,15 @@ class _Runner:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         settings = item.config.stash[settings_key]
-        if not settings.report_all and BUDGET.mark_on(item) is None:
-            return (yield)
-        from pytest_torch.memory.body_measurement import BodyMeasurement
-
-        measurement = BodyMeasurement(item, every_device=settings.report_all)
-        measurement.start()
+        original = _repeat_unittest_body(item, settings)
         try:
-            result = yield
+            if not settings.report_all and BUDGET.mark_on(item) is None:
+                return (yield)
+            return (yield from _measured(item, settings.report_all))
         finally:
-            measurement.stop()
-        for message in measurement.warnings():
-            warnings.warn(pytest.PytestWarning(message), stacklevel=1)
-        failure = measurement.failure()
-        if failure is not None:
-            pytest.fail(failure, pytrace=False)
-        return result
+            if original is not None:
+                assert isinstance(item, pytest.Function)  # only a function's is replaced
+                item.obj = original
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -186,6 +193,62 @@ class _Runner:
             return (yield)
         finally:
             pyfuncitem.obj = original
+
+
+def _measured(item: pytest.Item, every_device: bool) -> Generator[None, None, None]:
+    """The test's call, its body measured against its budget (every body's peak with
+    ``--torch-memory-report``)."""
+    from pytest_torch.memory.body_measurement import BodyMeasurement
+
+    try:
+        measurement: BodyMeasurement | None = BodyMeasurement(item, every_device=every_device)
+        problem = None
+    except ValueError as exc:  # a unittest method's marker, never seen at collection
+        measurement, problem = None, str(exc)
+    if measurement is None:
+        pytest.fail(problem or "", pytrace=False)
+    measurement.start()
+    try:
+        result = yield
+    finally:
+        measurement.stop()
+    for message in measurement.warnings():
+        warnings.warn(pytest.PytestWarning(message), stacklevel=1)
+    failure = measurement.failure()
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
+    return result
+
+
+def _repeat_unittest_body(item: pytest.Item, settings: MemorySettings) -> Any:
+    """For the leak check of anything but a plain test function (which pytest calls
+    through ``pytest_pyfunc_call``): a ``unittest.TestCase`` method's body replaced by
+    the repeating one (unittest calls the item's ``obj``), returning the original to put
+    back; for other items, the reason it cannot act is noted. None where nothing was
+    replaced."""
+    from pytest_torch.core.testkinds import is_plain_function
+
+    if is_plain_function(item) or (not settings.leak_all and LEAK.mark_on(item) is None):
+        return None
+    from pytest_torch.memory.leak_runner import leak_check_to_run, repeating_body
+
+    try:
+        check = leak_check_to_run(item, settings)
+        problem = None
+    except ValueError as exc:  # a unittest method's marker, never seen at collection
+        check, problem = None, str(exc)
+    if problem is not None:
+        from pytest_torch.core import reach
+        from pytest_torch.memory.leak_runner import check_name
+
+        reach.not_acted(item, check_name(item), "a malformed marker (the test failed, saying why)")
+        pytest.fail(problem, pytrace=False)
+    if check is None:
+        return None
+    assert isinstance(item, pytest.Function)  # leak_check_to_run says so
+    original = item.obj
+    item.obj = repeating_body(item, check)
+    return original
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
