@@ -19,7 +19,7 @@ def test_seeded(torch_seed):
     assert torch.is_deterministic_algorithms_warn_only_enabled() is {warn_only}
     assert torch.backends.cudnn.deterministic is {expected}
     assert torch.backends.cudnn.benchmark is False
-    assert (os.environ.get("CUBLAS_WORKSPACE_CONFIG") == ":4096:8") is {expected}
+    assert (os.environ.get("CUBLAS_WORKSPACE_CONFIG") == ":4096:8") is {cublas}
 
 
 def test_unseeded_tests_are_left_alone():
@@ -36,11 +36,17 @@ def test_z_restored():
 """
 
 
+#: whether this machine's torch is a CUDA build, as a fresh process sees it
+CUDA_BUILD = cublas.cuda_build()
+
+
 @pytest.fixture(autouse=True)
 def _no_cublas_setting(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    # CUDA as a fresh process sees it, whatever ran before in this one
+    # CUDA as a fresh process sees it, whatever ran before in this one; a CUDA build of
+    # torch in in-process runs, so the variable's handling is tested on CPU-only builds
     monkeypatch.setattr(cublas, "cuda_initialised", lambda: False)
+    monkeypatch.setattr(cublas, "cuda_build", lambda: True)
 
 
 # records the variable when pytest imports it, before any test
@@ -55,8 +61,13 @@ def pytest_report_header():
 """
 
 
-def _suite(pytester, expected: bool, warn_only: bool = False) -> None:
-    pytester.makepyfile(test_suite=SUITE.format(expected=expected, warn_only=warn_only))
+def _suite(pytester, expected: bool, warn_only: bool = False, cublas: bool | None = None) -> None:
+    """``cublas``: whether the seeded test sees CUBLAS_WORKSPACE_CONFIG set (default:
+    ``expected``)."""
+    cublas = expected if cublas is None else cublas
+    pytester.makepyfile(
+        test_suite=SUITE.format(expected=expected, warn_only=warn_only, cublas=cublas)
+    )
 
 
 def test_off_by_default(pytester, run):
@@ -78,8 +89,30 @@ def test_flag_turns_deterministic_mode_on_for_seeded_tests(pytester, run):
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ  # the session put it back
     assert not torch.are_deterministic_algorithms_enabled()
     result.stdout.fnmatch_lines(
-        ["torch: --torch-deterministic applied to 2 of 4 tests (those using torch_seed)"]
+        [
+            "*- torch: what the checks reached -*",
+            "torch: --torch-deterministic applied to 2 of 4 tests (those using torch_seed)",
+        ]
     )
+
+
+def test_a_cpu_only_build_of_torch_gets_no_cublas_setting(pytester, run, monkeypatch):
+    monkeypatch.setattr(cublas, "cuda_build", lambda: False)
+    _suite(pytester, expected=True, cublas=False)
+    result = run("--torch-deterministic")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["torch: deterministic algorithms for tests using torch_seed"])
+    result.stdout.no_fnmatch_line("*CUBLAS_WORKSPACE_CONFIG*")
+
+
+def test_the_applied_line_has_a_heading_of_its_own_under_minus_r_a(pytester, run):
+    # -rA prints a PASSES section; the line must not read as part of it
+    _suite(pytester, expected=True)
+    result = run("--torch-deterministic", "-rA")
+    lines = result.stdout.lines
+    at = next(i for i, line in enumerate(lines) if "applied to 2 of 4 tests" in line)
+    heading = next(line for line in reversed(lines[:at]) if line.startswith(("=", "-")))
+    assert "torch: what the checks reached" in heading, heading
 
 
 def test_a_run_it_applied_to_no_test_says_so_and_what_to_do(pytester, run):
@@ -105,7 +138,7 @@ def test_a_run_it_applied_to_no_test_says_so_and_what_to_do(pytester, run):
 
 def test_the_count_comes_from_the_workers_under_xdist(pytester):
     pytest.importorskip("xdist")
-    _suite(pytester, expected=True)
+    _suite(pytester, expected=True, cublas=CUDA_BUILD)  # a fresh process: the real build
     result = pytester.runpytest_subprocess(
         "-p", "xdist", "-p", "torch_determinism", "-n", "2", "--torch-deterministic"
     )
@@ -312,8 +345,8 @@ def test_a_refusal_says_the_flag_did_it_and_how_to_run_without(pytester, run):
             " torch_seed), and put_ has no deterministic implementation, so torch raised the"
             " error above: the 'you set torch.use_deterministic_algorithms(True)' in it is the"
             " plugin's doing, not your code's.",
-            "Run this test as before with: pytest test_refusing.py::test_scatter without"
-            " --torch-deterministic",
+            "Run this test as before with: pytest *test_refusing.py::test_scatter (without"
+            " --torch-deterministic)",
             "Or keep the flag and let such ops warn instead of raising:"
             " --torch-deterministic-warn-only (ini: torch_deterministic_warn_only = true); or"
             " replace put_ with an op that has a deterministic implementation.",
@@ -331,7 +364,7 @@ def test_a_refusal_under_the_ini_names_the_ini(pytester, run):
     result.stdout.fnmatch_lines(
         [
             "torch_deterministic = true (ini) turned deterministic algorithms on*",
-            "Run this test as before with: pytest test_refusing.py::test_scatter"
+            "Run this test as before with: pytest *test_refusing.py::test_scatter"
             " -o torch_deterministic=false",
         ]
     )

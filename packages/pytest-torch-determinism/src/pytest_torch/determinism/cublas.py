@@ -34,6 +34,40 @@ def describe(value: str | None) -> str:
     return f"{VARIABLE} unset" if value is None else f"{VARIABLE}={value!r}"
 
 
+def cuda_build() -> bool:
+    """Whether the installed torch is built for CUDA (or ROCm, which reads the same
+    variable): only then can a cuBLAS matrix product run. Read from ``torch/version.py``
+    without importing torch; True where that cannot be read."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "version"):
+        return bool(getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None))
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return False  # no torch: nothing to set it up for
+        folder = next(iter(spec.submodule_search_locations))
+        with open(os.path.join(folder, "version.py"), encoding="utf-8") as file:
+            tree = ast.parse(file.read())
+    except (OSError, SyntaxError, ValueError, ImportError):
+        return True
+    built = {}
+    for node in tree.body:
+        target: ast.expr | None = None
+        if isinstance(node, ast.AnnAssign):
+            target = node.target
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            built[target.id] = value.value
+    if "cuda" not in built and "hip" not in built:
+        return True
+    return bool(built.get("cuda") or built.get("hip"))
+
+
 def cuda_initialised() -> bool:
     """Whether this process has set up CUDA (then a matrix product may have run).
 

@@ -17,7 +17,6 @@ values live in ``settings``.
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Generator
 
 import pytest
@@ -86,6 +85,8 @@ def _set_up(config: pytest.Config, enabled: bool, warn_only: bool) -> None:
     config.pluginmanager.register(AppliedCounter(settings), "torch_determinism_applied")
     from pytest_torch.determinism import cublas
 
+    if not cublas.cuda_build():  # no cuBLAS to set up: a CPU-only build of torch
+        return
     exported = os.environ.get(cublas.VARIABLE)
     if exported is not None:
         if cublas.is_deterministic(exported):
@@ -180,8 +181,12 @@ def _refusal_section(item: pytest.Item, op: str) -> str:
     settings = item.config.stash[settings_key]
     from_ini = getattr(item.config.option, "torch_deterministic", None) is None
     switch = "torch_deterministic = true (ini)" if from_ini else "--torch-deterministic"
-    without = "-o torch_deterministic=false" if from_ini else "without --torch-deterministic"
-    node = shlex.quote(item.nodeid)
+    from pytest_torch.core.rerun import rerun_command
+
+    if from_ini:
+        command = rerun_command(item.config, item.nodeid, ["-o", "torch_deterministic=false"])
+    else:
+        command = f"{rerun_command(item.config, item.nodeid)} (without --torch-deterministic)"
     if settings.warn_only:
         what = (
             f"{switch} with --torch-deterministic-warn-only turned deterministic algorithms on"
@@ -205,14 +210,14 @@ def _refusal_section(item: pytest.Item, op: str) -> str:
         )
     return (
         f"{what}\n"
-        f"Run this test as before with: pytest {node} {without}\n"
+        f"Run this test as before with: {command}\n"
         f"{keep}; or replace {op} with an op that has a deterministic implementation."
     )
 
 
 class AppliedCounter:
     """Counts the tests set up in this run and those --torch-deterministic acted on (the
-    xdist controller counts its workers' reports), and says so at the end."""
+    xdist controller counts its workers' reports), for core's end-of-run section."""
 
     def __init__(self, settings: DeterminismSettings) -> None:
         self.settings = settings
@@ -222,10 +227,10 @@ class AppliedCounter:
             self.settings.tests += 1
             self.settings.applied += bool(getattr(report, "torch_deterministic_applied", False))
 
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if self.settings.tests:
-            line = applied_line(self.settings.applied, self.settings.tests)
-            terminalreporter.write_line(line, yellow=self.settings.applied == 0)
+    def pytest_torch_reach_lines(self, config: pytest.Config) -> list[str] | None:
+        if not self.settings.tests:
+            return None
+        return [applied_line(self.settings.applied, self.settings.tests)]
 
 
 def applied_line(applied: int, tests: int) -> str:
