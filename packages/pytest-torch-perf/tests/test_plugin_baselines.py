@@ -54,7 +54,7 @@ def test_record_then_compare(suite, run):
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "*- torch perf -*",
+            "*- torch perf: measured on * -*",
             "test_suite.py::test_speed * baseline * min * recorded*",
             "recorded 3 perf baseline(s) for this machine in *.torch-perf-baselines.json",
         ]

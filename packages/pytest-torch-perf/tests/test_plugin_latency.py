@@ -35,7 +35,7 @@ def test_without_marker_just_measures(latency):
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "*- torch perf -*",
+            "*- torch perf: measured on * -*",
             "test * check * statistic * measured * reference * vs reference * verdict",
             "*::test_fast * budget * median * 10 s * % of budget * within budget",
         ]

@@ -111,6 +111,7 @@ class _Runner:
         from pytest_torch.perf import check_runner
         from pytest_torch.perf.compilation import runner as compile_runner
 
+        _note_latency_reach(item)
         watch = compile_runner.start(item)
         try:
             yield
@@ -132,17 +133,49 @@ class _Runner:
         return True
 
 
+def _note_latency_reach(item: pytest.Item) -> None:
+    """Whether a latency budget could act on the test, for the end of the run: a
+    unittest.TestCase method cannot request the latency fixture that checks it."""
+    if LATENCY.mark_on(item) is None:
+        return
+    from pytest_torch.core import reach
+    from pytest_torch.core.testkinds import is_unittest
+
+    check = f"@pytest.mark.{LATENCY.name}"
+    if is_unittest(item):
+        reach.not_acted(item, check, UNITTEST_LATENCY)
+    else:
+        reach.acted(item, check)
+
+
+#: why a latency budget cannot act on a unittest.TestCase method
+UNITTEST_LATENCY = (
+    "a unittest.TestCase method cannot request the latency fixture that times code"
+    " under the budget; time the step in a plain test function: def test_x(latency):"
+    " latency(model, inputs)"
+)
+
+
 @pytest.fixture
 def torch_benchmark_case(request: pytest.FixtureRequest) -> Case:
     """The device, dtype, mode and batch size of one benchmark case (set by the plugin)."""
-    case: Case = request.param
+    case: Case | None = getattr(request, "param", None)
+    if case is None:  # a unittest.TestCase method: never parametrized into cases
+        pytest.fail(
+            f"{request.node.nodeid}: @benchmark_suite works on plain test functions, which"
+            f" pytest parametrizes into one case per batch size, dtype and mode; a"
+            f" unittest.TestCase method cannot be. Declare the suite as a module-level"
+            f" function: @benchmark_suite(batch_sizes=[1, 8]) def bench_x(batch_size): ...",
+            pytrace=False,
+        )
     return case
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # unittest.TestCase methods never reach pytest_generate_tests: their compile budget
-    # is seen here (and its arguments checked when the test runs)
-    if any(COMPILE_BUDGET.mark_on(item) for item in items):
+    # is seen here (and its arguments checked when the test runs), and their latency
+    # budget, which cannot act on them (the end of the run says so)
+    if any(COMPILE_BUDGET.mark_on(item) or LATENCY.mark_on(item) for item in items):
         register_once(config, RUNNER, _Runner)
     settings = config.stash[settings_key]
     if settings.benchmark:

@@ -114,7 +114,8 @@ def summary(settings: PerfSettings) -> list[tuple[str | None, list[str]]]:
     if settings.records:
         from pytest_torch.perf.check_records import render_table
 
-        sections.append(("torch perf", list(render_table(settings.records))))
+        title = f"torch perf: measured on {settings.threads_text()}"
+        sections.append((title, list(render_table(settings.records))))
     if settings.compile_records:
         from pytest_torch.perf.compilation.checks import render_table as compile_table
 

@@ -62,6 +62,10 @@ class PerfSettings:
         #: torch's intra-op threads while measuring (--torch-perf-threads)
         self.threads = threads
         self.threads_warning: str | None = None
+        #: the run asked something of perf at start-up (a thread count, recording,
+        #: benchmarks): its header says how perf measures; otherwise the end-of-run table
+        #: does, so suites without perf tests get no perf line
+        self.announced = False
         self.pending: dict[str, dict[str, Baseline]] = {}
         self.records: list[PerfRecord] = []
         self.compile_records: list[CompileRecord] = []
@@ -103,14 +107,17 @@ class PerfSettings:
             from pytest_torch.perf.measure.valgrind import session_header
 
             return [session_header()]
-        count = self.threads
-        lines = [
-            f"torch perf: measurements on {count} intra-op thread{'s' if count != 1 else ''}"
-            f" (--torch-perf-threads)"
-        ]
+        if not self.announced and self.threads_warning is None:
+            return []
+        lines = [f"torch perf: measurements on {self.threads_text()}"]
         if self.threads_warning is not None:
             lines.append(f"  WARNING: {self.threads_warning}")
         return lines
+
+    def threads_text(self) -> str:
+        """``2 intra-op threads (--torch-perf-threads)``."""
+        count = self.threads
+        return f"{count} intra-op thread{'s' if count != 1 else ''} (--torch-perf-threads)"
 
 
 settings_key = pytest.StashKey[PerfSettings]()
@@ -185,6 +192,8 @@ def read_settings(config: pytest.Config) -> PerfSettings:
         except BaselineFileError as exc:
             raise pytest.UsageError(str(exc)) from None
     settings.benchmark = bool(option_or_ini(config, "torch_benchmark"))
+    # a thread count other than the default's one thread is worth a line in the header
+    settings.announced = settings.threads != 1 or update or settings.benchmark
     settings.benchmark_json = path_option(config, "torch_benchmark_json")
     settings.benchmark_plot = path_option(config, "torch_benchmark_plot", folder=True)
     if settings.benchmark_plot is not None and importlib.util.find_spec("matplotlib") is None:
