@@ -382,6 +382,38 @@ def test_bad_thread_marker_is_a_collection_error(pytester, run):
     result.stdout.fnmatch_lines(["*::test_pinned: @pytest.mark.torch_threads needs a positive*"])
 
 
+def test_the_thread_marker_pins_a_unittest_method_too(pytester, run):
+    # unittest.TestCase methods never reach pytest_generate_tests, where the marker is
+    # otherwise seen; a suite of them alone must still get the pin
+    pytester.makepyfile(
+        """
+        import unittest
+
+        import pytest
+        import torch
+
+        BEFORE = torch.get_num_threads()
+
+        class TestKernels(unittest.TestCase):
+            @pytest.mark.torch_threads(1)
+            def test_pinned(self):
+                self.assertEqual(torch.get_num_threads(), 1)
+
+            @pytest.mark.torch_threads(0)
+            def test_bad_marker(self):
+                pass
+
+            def test_z_restored(self):
+                self.assertEqual(torch.get_num_threads(), BEFORE)
+        """
+    )
+    result = run("--torch-num-threads=2", "-p", "no:randomly")
+    result.assert_outcomes(passed=2, errors=1)  # the bad marker: at its set-up
+    result.stdout.fnmatch_lines(
+        ["*::TestKernels::test_bad_marker: @pytest.mark.torch_threads needs a positive*"]
+    )
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_two_workers_share_one_real_gpu(pytester, run_workers, monkeypatch):

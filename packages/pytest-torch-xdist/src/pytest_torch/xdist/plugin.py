@@ -198,6 +198,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             raise pytest.Collector.CollectError(str(exc)) from None
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # unittest.TestCase methods never reach pytest_generate_tests: a thread pin on one is
+    # seen here (and its arguments checked when the test runs)
+    if config.pluginmanager.has_plugin(RUNNER):
+        return
+    from pytest_torch.core.testkinds import is_unittest
+
+    if any(is_unittest(item) and THREADS.mark_on(item) for item in items):
+        register_once(config, RUNNER, _Runner)
+
+
 class _Runner:
     """The per-test hooks, registered only where they have work (a thread share to hand
     torch, a GPU lock, a torch_threads marker), so other runs pay nothing per test."""
@@ -209,7 +220,12 @@ class _Runner:
             threads.sync_torch(settings.applied)
         marker = THREADS.mark_on(item)
         if marker is not None:
-            count = threads.pinned_count(marker.args, marker.kwargs, item.nodeid)
+            try:  # checked at collection, except for unittest methods
+                count, problem = threads.pinned_count(marker.args, marker.kwargs, item.nodeid), ""
+            except ValueError as exc:
+                count, problem = 0, str(exc)
+            if problem:
+                pytest.fail(problem, pytrace=False)
             item.stash[threads_before_key] = threads.pin(count)
 
     @pytest.hookimpl(trylast=True)
