@@ -231,3 +231,29 @@ def test_the_end_of_run_lines_come_from_the_workers_under_xdist(pytester):
     )
     result.assert_outcomes(failed=1, passed=2, xfailed=1)
     result.stdout.fnmatch_lines(["torch: --torch-leak-check checked all 4 test bodies that ran"])
+
+
+def test_subtests_of_a_repeated_body_are_counted_as_in_a_plain_run(pytester):
+    pytest.importorskip("_pytest.subtests", reason="pytest reports subtests from pytest 9 on")
+    pytester.makepyfile(
+        """
+        import unittest
+
+        class TestGrid(unittest.TestCase):
+            def test_grid(self):
+                for n in range(3):
+                    with self.subTest(n=n):
+                        self.assertNotEqual(n, 2)
+
+        def test_fixture(subtests):
+            for n in range(3):
+                with subtests.test(n=n):
+                    assert n >= 0
+        """
+    )
+    # a fresh process: pytest's count of subtests, as a user sees it
+    args = ("-q", "-p", "torch_memory", "-p", "no:randomly")
+    plain = pytester.runpytest_subprocess(*args).parseoutcomes()
+    checked = pytester.runpytest_subprocess(*args, "--torch-leak-check").parseoutcomes()
+    assert plain.get("subtests") == 5 and plain.get("failed") == 1, plain  # "5 subtests passed"
+    assert checked == plain

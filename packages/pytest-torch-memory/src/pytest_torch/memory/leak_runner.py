@@ -44,8 +44,6 @@ class RaisedInRun:
 
 
 RAISED_IN_RUN = pytest.StashKey[RaisedInRun]()
-#: torch-internal growth that the check did not count as a leak, for the reach ledger
-OWN_GROWTH = pytest.StashKey[str]()
 
 
 def check_name(item: pytest.Item) -> str:
@@ -154,29 +152,32 @@ def repeating_body(item: pytest.Function, check: LeakCheck) -> Callable[..., Non
         __tracebackhide__ = True
         from pytest_torch.core import seeding
         from pytest_torch.memory.leaks import examine
+        from pytest_torch.memory.subtest_echoes import reported_once
 
         runs = 0
         start = seeding.capture()
         drawn: list[str] = []
 
-        def counted() -> object:
-            nonlocal runs, drawn
-            runs += 1
-            result = original(**kwargs)
-            if runs == 1:
-                drawn = seeding.drawn_since(start)
-            return result
+        with reported_once(item) as subtests:
 
-        try:
-            found = examine(counted, check, accelerators, root)
-        except BaseException as raised:
-            if runs > 1:  # the report says which run raised (see raised_in_run)
-                moved = drawn or seeding.drawn_since(start)
-                error = type(raised).__name__
-                item.stash[RAISED_IN_RUN] = RaisedInRun(runs, check.iterations, moved, error)
-            raise
+            def counted() -> object:
+                nonlocal runs, drawn
+                runs += 1
+                subtests.repeating = runs > 1
+                result = original(**kwargs)
+                if runs == 1:
+                    drawn = seeding.drawn_since(start)
+                return result
+
+            try:
+                found = examine(counted, check, accelerators, root)
+            except BaseException as raised:
+                if runs > 1:  # the report says which run raised (see raised_in_run)
+                    moved = drawn or seeding.drawn_since(start)
+                    error = type(raised).__name__
+                    item.stash[RAISED_IN_RUN] = RaisedInRun(runs, check.iterations, moved, error)
+                raise
         if found.torch_own is not None:
-            item.stash[OWN_GROWTH] = found.torch_own
             reach.not_acted(item, check_name(item), found.torch_own)
         if found.message is not None:
             item.user_properties.append((LEAK_PROPERTY, found.message))
