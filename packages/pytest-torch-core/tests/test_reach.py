@@ -54,8 +54,7 @@ def test_a_marker_is_named_only_where_it_missed_a_test():
         "torch: @pytest.mark.torch_max_latency checked 1 of the 2 test bodies that ran;"
         " not checked:",
         "  1 test: unittest (t.py::T::test_b)",
-        "torch: @pytest.mark.torch_memory_leak checked none of the tests that ran (1 test"
-        " body):",
+        "torch: @pytest.mark.torch_memory_leak checked none of the tests that ran (1 test body):",
         "  1 test: unittest async (t.py::T::test_c)",
     ]
 

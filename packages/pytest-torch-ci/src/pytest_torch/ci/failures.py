@@ -1,6 +1,7 @@
 """What a failed test phase leaves in its report: the failing line (for the GitHub
 annotation) and, with a folder for them, the failure artifacts of its tensor mismatches
-(saved by :mod:`.artifacts`, embedded in the pytest-html report when there is one).
+(saved by :mod:`.artifacts`, embedded in the pytest-html report when there is one);
+what a collection error leaves: the line where collecting its file failed.
 
 Whatever goes wrong here becomes a note (:mod:`.notes`): the user's failure is reported
 whatever happens.
@@ -8,11 +9,16 @@ whatever happens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_torch.ci.annotations import ARTIFACTS_ATTRIBUTE, LINE_ATTRIBUTE, failing_line
+from pytest_torch.ci.annotations import (
+    ARTIFACTS_ATTRIBUTE,
+    LINE_ATTRIBUTE,
+    failing_line,
+    same_file,
+)
 from pytest_torch.ci.notes import add_note, why
 
 if TYPE_CHECKING:
@@ -38,6 +44,42 @@ def on_failure(
         notes = [f"pytest-torch-ci: could not process this failure ({why(problem)})"]
     if notes:
         add_note(report, notes)
+
+
+def on_collect_error(path: Path, error: BaseException, report: pytest.CollectReport) -> None:
+    """Record the line in ``path`` (the file pytest could not collect) where collecting
+    it failed, for the GitHub annotation; a note if that fails."""
+    if not path.is_file():  # a folder: its conftest.py, read from the printed traceback
+        return
+    try:
+        line = error_line(error, path)
+        if line is not None:
+            report.__dict__[LINE_ATTRIBUTE] = line
+    except Exception as problem:
+        add_note(report, [f"GitHub annotation: the failing line was not found ({why(problem)})"])
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """The error, then what caused it (pytest raises its own CollectError from the
+    user's SyntaxError or ImportError)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def error_line(error: BaseException, path: Path) -> int | None:
+    """The line in ``path`` where collecting it failed: a SyntaxError's own line, or
+    the deepest frame in that file of the error or what caused it."""
+    for current in _chain(error):
+        if isinstance(current, SyntaxError) and same_file(current.filename, path):
+            return current.lineno
+        line = failing_line(current, path)
+        if line is not None:
+            return line
+    return None
 
 
 def _process(

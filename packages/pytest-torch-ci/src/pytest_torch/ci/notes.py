@@ -21,7 +21,7 @@ def why(problem: BaseException) -> str:
     return reason(problem)
 
 
-def add_note(report: pytest.TestReport, notes: list[str]) -> None:
+def add_note(report: pytest.TestReport | pytest.CollectReport, notes: list[str]) -> None:
     """Notes under the failure in the report (and in its text, junit XML, xdist)."""
     text = "\n".join(notes)
     longrepr = report.longrepr

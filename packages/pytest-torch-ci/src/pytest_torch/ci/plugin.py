@@ -11,9 +11,10 @@ Whatever goes wrong here becomes a one-line note in the failed test's report (se
 replaced or chained.
 
 ``--torch-github-annotations`` (on by itself under GitHub Actions): an error annotation
-per failed test at the end of the run, and a Markdown job summary when
-``$GITHUB_STEP_SUMMARY`` is set (:mod:`.github`). Only the controller reports under
-xdist. With pytest-html, the report gets the heatmaps and the family's tables
+per failed test and per collection error at the end of the run, and a Markdown job
+summary when ``$GITHUB_STEP_SUMMARY`` is set (:mod:`.github`). Only the controller
+reports under xdist; the line of a collection error is read where it happens
+(:mod:`.failures`). With pytest-html, the report gets the heatmaps and the family's tables
 (:mod:`.html_report`). The options' values live in :mod:`.settings`.
 """
 
@@ -148,3 +149,15 @@ def pytest_runtest_makereport(
         settings = item.config.stash[settings_key]
         on_failure(item, call, report, announced, settings.artifacts, settings.root)
     return report
+
+
+def pytest_exception_interact(
+    node: pytest.Item | pytest.Collector,
+    call: pytest.CallInfo[object],
+    report: pytest.TestReport | pytest.CollectReport,
+) -> None:
+    # pytest hands over a collection error's exception here only (its report has none)
+    if isinstance(report, pytest.CollectReport) and report.failed and call.excinfo is not None:
+        from pytest_torch.ci.failures import on_collect_error
+
+        on_collect_error(node.path, call.excinfo.value, report)
