@@ -90,7 +90,11 @@ def test_the_bases_of_kept_views_are_held_by_those_views():
         f" `{__name__.rpartition('.')[2]}` holds"
     )
     assert "keep a copy of only the part you need (x[:, 0].clone())" in lines[base + 3]
-    views = next(i for i, line in enumerate(lines) if line.startswith("  ") and "per run: shape [6, 16, 16]" in line)
+    views = next(
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("  ") and "per run: shape [6, 16, 16]" in line
+    )
     assert "(views: their memory is their bases')" in lines[views]
 
 
