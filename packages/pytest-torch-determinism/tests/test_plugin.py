@@ -390,3 +390,35 @@ def test_warn_only_lets_the_test_pass_and_a_warning_turned_error_is_explained(py
     result.stdout.fnmatch_lines(
         ["*with --torch-deterministic-warn-only turned deterministic algorithms on*-W error*"]
     )
+
+
+def test_nan_where_deterministic_mode_filled_uninitialised_memory_is_explained(pytester, run):
+    # a test that reads memory before writing it passes by luck in a plain run;
+    # deterministic mode fills torch.empty with NaN, so it fails under the flag
+    pytester.makepyfile(
+        test_empty="""
+        import torch
+
+        def test_reads_before_writing(torch_seed):
+            x = torch.empty(4)
+            x[:2] = 1.0
+            assert not torch.isnan(x).any()
+
+        def test_other_failure(torch_seed):
+            assert 1 == 2
+        """
+    )
+    result = run("--torch-deterministic")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*- torch-deterministic -*",
+            "This failure mentions NaN, and --torch-deterministic turned deterministic"
+            " algorithms on for this test (it uses torch_seed), which also fills the memory"
+            " torch leaves uninitialised (torch.empty*",
+            "If it passes without the flag, that is the cause: pytest *test_empty.py"
+            "::test_reads_before_writing (without --torch-deterministic); then write the"
+            " memory before reading it*",
+        ]
+    )
+    assert result.stdout.str().count("- torch-deterministic -") == 1  # not the other failure

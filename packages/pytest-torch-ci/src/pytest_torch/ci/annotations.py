@@ -194,6 +194,11 @@ _EXPLAINED: tuple[tuple[str, str, str], ...] = (
         r"has no deterministic implementation",
         "no deterministic implementation under --torch-deterministic",
     ),
+    (
+        "torch-deterministic",
+        r"This failure mentions NaN",
+        "NaN under --torch-deterministic, which fills uninitialised memory with NaN",
+    ),
     ("torch-leak-check", r"\bRun (\d+) raised", "error in repeated run {0} of the leak check"),
 )
 

@@ -156,63 +156,12 @@ def pytest_runtest_makereport(
         # a plain attribute travels with the report to the xdist controller
         report.torch_deterministic_applied = True  # type: ignore[attr-defined]
     if report.failed and call.excinfo is not None and item.stash.get(applied_key, False):
-        op = _refused_op(call.excinfo.value)
-        if op is not None:
-            add_section(report, "torch-deterministic", _refusal_section(item, op))
+        from pytest_torch.determinism import explanations
+
+        text = explanations.of_failure(item, call.excinfo.value, report.longreprtext)
+        if text is not None:
+            add_section(report, "torch-deterministic", text)
     return report
-
-
-def _refused_op(error: BaseException) -> str | None:
-    """The op that refused deterministic mode, anywhere in the error's chain."""
-    from pytest_torch.determinism import flags
-
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        op = flags.op_without_deterministic_implementation(current)
-        if op is not None:
-            return op
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def _refusal_section(item: pytest.Item, op: str) -> str:
-    settings = item.config.stash[settings_key]
-    from_ini = getattr(item.config.option, "torch_deterministic", None) is None
-    switch = "torch_deterministic = true (ini)" if from_ini else "--torch-deterministic"
-    from pytest_torch.core.rerun import rerun_command
-
-    if from_ini:
-        command = rerun_command(item.config, item.nodeid, ["-o", "torch_deterministic=false"])
-    else:
-        command = f"{rerun_command(item.config, item.nodeid)} (without --torch-deterministic)"
-    if settings.warn_only:
-        what = (
-            f"{switch} with --torch-deterministic-warn-only turned deterministic algorithms on"
-            f" for this test (it uses torch_seed), and {op} has no deterministic"
-            f" implementation: torch warned, and the warning was turned into an error (-W"
-            f" error or filterwarnings), which is the error above."
-        )
-        keep = (
-            "Or keep the flag and let that warning through (filterwarnings: default::UserWarning)"
-        )
-    else:
-        what = (
-            f"{switch} turned deterministic algorithms on for this test (it uses torch_seed),"
-            f" and {op} has no deterministic implementation, so torch raised the error above:"
-            f" the 'you set torch.use_deterministic_algorithms(True)' in it is the plugin's"
-            f" doing, not your code's."
-        )
-        keep = (
-            "Or keep the flag and let such ops warn instead of raising:"
-            " --torch-deterministic-warn-only (ini: torch_deterministic_warn_only = true)"
-        )
-    return (
-        f"{what}\n"
-        f"Run this test as before with: {command}\n"
-        f"{keep}; or replace {op} with an op that has a deterministic implementation."
-    )
 
 
 class AppliedCounter:
