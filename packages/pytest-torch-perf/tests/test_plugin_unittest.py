@@ -4,6 +4,8 @@ one and its set-up says so. (The compile budget watches them: test_plugin_compil
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_a_latency_budget_on_a_unittest_method_is_named_as_not_checked(pytester, run):
     pytester.makepyfile(
@@ -71,3 +73,31 @@ def test_a_suite_without_perf_tests_gets_no_perf_line(pytester, run):
     run("--torch-perf-threads=2").stdout.fnmatch_lines(
         ["torch perf: measurements on 2 intra-op threads (--torch-perf-threads)"]
     )
+
+
+@pytest.mark.usefixtures("torch_seed")  # the recorded model draws its weights
+def test_a_recording_run_that_recorded_nothing_says_so(pytester, run):
+    pytester.makepyfile(
+        """
+        import unittest
+
+        class TestServing(unittest.TestCase):
+            def test_step(self):
+                sum(range(10))
+        """
+    )
+    result = run("--torch-update-perf")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- torch: what the checks reached -*",
+            "torch: --torch-update-perf recorded no baseline: no test that ran called"
+            " perf_baseline(...) (a fixture: a unittest.TestCase method cannot request it)*",
+        ]
+    )
+    pytester.makepyfile(
+        "import torch\n\ndef test_speed(perf_baseline):\n"
+        "    perf_baseline(torch.nn.Linear(2, 2), torch.ones(1, 2))\n"
+    )
+    recorded = run("--torch-update-perf", "--torch-perf-max-time=0.02")
+    assert "recorded no baseline" not in recorded.stdout.str()

@@ -247,6 +247,11 @@ def pytest_torch_runs_once(
     return None
 
 
+def pytest_torch_reach_lines(config: pytest.Config) -> list[str] | None:
+    settings = config.stash.get(settings_key, None)
+    return None if settings is None else session_results.reach_lines(settings)
+
+
 def pytest_torch_report_tables(config: pytest.Config) -> list[ReportTable] | None:
     """The perf and benchmark tables, for the reports other plugins write."""
     settings = config.stash.get(settings_key, None)

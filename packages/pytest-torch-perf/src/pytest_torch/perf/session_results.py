@@ -139,6 +139,18 @@ def summary(settings: PerfSettings) -> list[tuple[str | None, list[str]]]:
     return sections
 
 
+def reach_lines(settings: PerfSettings) -> list[str]:
+    """The end-of-run line of a recording run that recorded nothing."""
+    recorded = settings.pending or settings.instruction_pending or settings.benchmark_results
+    if not settings.update or recorded:
+        return []
+    return [
+        "torch: --torch-update-perf recorded no baseline: no test that ran called"
+        " perf_baseline(...) (a fixture: a unittest.TestCase method cannot request it) or"
+        " ran a benchmark case (with --torch-benchmark)"
+    ]
+
+
 def report_tables(settings: PerfSettings) -> list[ReportTable]:
     """The perf and benchmark tables, for the reports other plugins write."""
     from pytest_torch.core.tables import ReportTable
