@@ -11,7 +11,7 @@ a later run is still reported, once.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -57,7 +57,7 @@ def reported_once(item: pytest.Item) -> Iterator[Seen]:
     """While the block repeats ``item``'s body, each of its subtests is reported once per
     outcome after the first run (the block sets ``repeating`` on what it gets)."""
     seen = Seen()
-    restore = []
+    restore: list[Callable[[], object]] = []
     add = getattr(item, "addSubTest", None)  # the unittest result pytest hands unittest
     if add is not None:
 
