@@ -374,8 +374,8 @@ def test_user_failure(x):
             "*- torch-deterministic -*",
             "--torch-deterministic turned deterministic algorithms on for this test (it uses"
             " torch_seed), and put_ has no deterministic implementation*",
-            "Run this test as before with: pytest test_case.py::test_scatter without"
-            " --torch-deterministic",
+            "Run this test as before with: pytest *test_case.py::test_scatter (without"
+            " --torch-deterministic)",
             "*--torch-deterministic-warn-only*",
             "E*AssertionError: the user's own assertion",
         ),
