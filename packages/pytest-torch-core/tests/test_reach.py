@@ -12,7 +12,7 @@ import torch
 from pytest_torch.core import seeding
 from pytest_torch.core.reach import REPORT_ATTRIBUTE, Reach
 from pytest_torch.core.rerun import nodeid_from_start, rerun_command
-from pytest_torch.core.testkinds import is_plain_function, is_unittest, kind_of
+from pytest_torch.core.testkinds import is_unittest, kind_of
 
 
 def _report(nodeid: str, *notes: tuple[str, str]) -> types.SimpleNamespace:
@@ -111,11 +111,11 @@ def test_test_kinds(pytester):
         """
     )
     items, _ = pytester.inline_genitems("--doctest-modules")
-    kinds = {item.name: (is_plain_function(item), is_unittest(item)) for item in items}
+    kinds = {item.name: (isinstance(item, pytest.Function), is_unittest(item)) for item in items}
     assert kinds == {
         "test_plain": (True, False),
         "test_method": (True, False),
-        "test_case": (False, True),
+        "test_case": (True, True),  # a Function that pytest hands to unittest
         "test_test_kinds.double": (False, False),
     }
     doctest = next(item for item in items if item.name.endswith("double"))

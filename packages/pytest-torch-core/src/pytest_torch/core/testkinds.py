@@ -22,11 +22,6 @@ def is_unittest(item: pytest.Item) -> bool:
     return unittest is not None and isinstance(cls, type) and issubclass(cls, unittest.TestCase)
 
 
-def is_plain_function(item: pytest.Item) -> bool:
-    """A test function (or method of a plain test class) that pytest calls itself."""
-    return isinstance(item, pytest.Function) and not is_unittest(item)
-
-
 def is_async(item: pytest.Item) -> bool:
     """A test whose body is a coroutine function (run by an async plugin's event loop,
     or by ``unittest.IsolatedAsyncioTestCase``)."""

@@ -1,10 +1,10 @@
 """The leak check's runner: the test's body replaced by one that runs it once to warm
 up and then the check's iterations, with the same fixture values.
 
-A plain test function is replaced where pytest calls it (``pytest_pyfunc_call``); a
-``unittest.TestCase`` method where unittest calls it (the item's ``obj``, which pytest
-sets on the test case before running it), so ``setUp`` and ``tearDown`` run once around
-all the runs. A test the check cannot repeat (an async body, a body perf times, an item
+The body is the item's ``obj``, replaced for the test's call: pytest calls it for a
+test function, and sets it on the test case for a ``unittest.TestCase`` method, which
+unittest then calls between ``setUp`` and ``tearDown`` (so those run once around all the
+runs). A test the check cannot repeat (an async body, a body perf times, an item
 with no Python body) is noted in core's reach ledger, which the end of the run reports.
 
 The engine is :func:`pytest_torch.memory.leaks.check_for_leaks`; this module decides

@@ -152,7 +152,7 @@ class _Runner:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         settings = item.config.stash[settings_key]
-        original = _repeat_unittest_body(item, settings)
+        original = _repeat_body(item, settings)
         try:
             if not settings.report_all and BUDGET.mark_on(item) is None:
                 return (yield)
@@ -177,23 +177,6 @@ class _Runner:
                 add_section(report, "torch-leak-check", text)
         return report
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
-        settings = pyfuncitem.config.stash[settings_key]
-        if not settings.leak_all and LEAK.mark_on(pyfuncitem) is None:
-            return (yield)
-        from pytest_torch.memory.leak_runner import leak_check_to_run, repeating_body
-
-        check = leak_check_to_run(pyfuncitem, settings)
-        if check is None:
-            return (yield)
-        original = pyfuncitem.obj
-        pyfuncitem.obj = repeating_body(pyfuncitem, check)
-        try:
-            return (yield)
-        finally:
-            pyfuncitem.obj = original
-
 
 def _measured(item: pytest.Item, every_device: bool) -> Generator[None, None, None]:
     """The test's call, its body measured against its budget (every body's peak with
@@ -201,12 +184,9 @@ def _measured(item: pytest.Item, every_device: bool) -> Generator[None, None, No
     from pytest_torch.memory.body_measurement import BodyMeasurement
 
     try:
-        measurement: BodyMeasurement | None = BodyMeasurement(item, every_device=every_device)
-        problem = None
+        measurement = BodyMeasurement(item, every_device=every_device)
     except ValueError as exc:  # a unittest method's marker, never seen at collection
-        measurement, problem = None, str(exc)
-    if measurement is None:
-        pytest.fail(problem or "", pytrace=False)
+        raise pytest.fail.Exception(str(exc), pytrace=False) from None
     measurement.start()
     try:
         result = yield
@@ -220,29 +200,22 @@ def _measured(item: pytest.Item, every_device: bool) -> Generator[None, None, No
     return result
 
 
-def _repeat_unittest_body(item: pytest.Item, settings: MemorySettings) -> Any:
-    """For the leak check of anything but a plain test function (which pytest calls
-    through ``pytest_pyfunc_call``): a ``unittest.TestCase`` method's body replaced by
-    the repeating one (unittest calls the item's ``obj``), returning the original to put
-    back; for other items, the reason it cannot act is noted. None where nothing was
-    replaced."""
-    from pytest_torch.core.testkinds import is_plain_function
-
-    if is_plain_function(item) or (not settings.leak_all and LEAK.mark_on(item) is None):
+def _repeat_body(item: pytest.Item, settings: MemorySettings) -> Any:
+    """For the leak check: the test's body (its ``obj``, which pytest calls for a test
+    function and hands unittest for a ``unittest.TestCase`` method) replaced by the
+    repeating one, returning the original to put back; None where nothing was replaced
+    (no check asked, or one that cannot act: noted with why)."""
+    if not settings.leak_all and LEAK.mark_on(item) is None:
         return None
-    from pytest_torch.memory.leak_runner import leak_check_to_run, repeating_body
+    from pytest_torch.memory.leak_runner import check_name, leak_check_to_run, repeating_body
 
     try:
         check = leak_check_to_run(item, settings)
-        problem = None
     except ValueError as exc:  # a unittest method's marker, never seen at collection
-        check, problem = None, str(exc)
-    if problem is not None:
         from pytest_torch.core import reach
-        from pytest_torch.memory.leak_runner import check_name
 
         reach.not_acted(item, check_name(item), "a malformed marker (the test failed, saying why)")
-        pytest.fail(problem, pytrace=False)
+        raise pytest.fail.Exception(str(exc), pytrace=False) from None
     if check is None:
         return None
     assert isinstance(item, pytest.Function)  # leak_check_to_run says so

@@ -221,11 +221,9 @@ class _Runner:
         marker = THREADS.mark_on(item)
         if marker is not None:
             try:  # checked at collection, except for unittest methods
-                count, problem = threads.pinned_count(marker.args, marker.kwargs, item.nodeid), ""
+                count = threads.pinned_count(marker.args, marker.kwargs, item.nodeid)
             except ValueError as exc:
-                count, problem = 0, str(exc)
-            if problem:
-                pytest.fail(problem, pytrace=False)
+                raise pytest.fail.Exception(str(exc), pytrace=False) from None
             item.stash[threads_before_key] = threads.pin(count)
 
     @pytest.hookimpl(trylast=True)
