@@ -10,14 +10,14 @@ failing leaf it recorded).
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pytest_torch.core.files import replacing
 
 if TYPE_CHECKING:
     import torch
@@ -93,14 +93,8 @@ def _save_tensors(pair: Pair, path: Path) -> None:
     import torch
 
     content = {"actual": _for_saving(pair.actual), "expected": _for_saving(pair.expected)}
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
+    with replacing(path) as temporary:
         torch.save({**content, "path": pair.path}, temporary)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
 
 
 def write(directory: Path, node_id: str, pairs: Sequence[Pair]) -> Written:

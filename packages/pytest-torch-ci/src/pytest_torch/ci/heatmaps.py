@@ -20,10 +20,10 @@ change, and matplotlib is imported only here.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pytest_torch.core.files import replacing
 
 if TYPE_CHECKING:
     import torch
@@ -363,14 +363,8 @@ def draw(
         hspace=0.6,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
+    with replacing(path) as temporary:
         figure.savefig(temporary, format="png")
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
     return path
 
 

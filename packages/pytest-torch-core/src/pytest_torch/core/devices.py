@@ -26,12 +26,11 @@ from pytest_torch.core.units import MIB
 if TYPE_CHECKING:
     import torch
 
-#: Device types the family names without asking torch, in the order they are listed and
-#: parametrized. torch's current accelerator joins them when it is another type
-#: (:func:`device_types`).
-KNOWN_DEVICE_TYPES: tuple[str, ...] = ("cpu", "cuda", "xpu", "mps")
-#: The accelerator types among them.
+#: The accelerator types the family names without asking torch (the one list of them).
 ACCELERATOR_TYPES: tuple[str, ...] = ("cuda", "xpu", "mps")
+#: Every device type it names, in the order they are listed and parametrized. torch's
+#: current accelerator joins them when it is another type (:func:`device_types`).
+KNOWN_DEVICE_TYPES: tuple[str, ...] = ("cpu", *ACCELERATOR_TYPES)
 
 
 class DeviceSpecError(ValueError):

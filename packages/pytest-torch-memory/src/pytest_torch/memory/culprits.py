@@ -1,26 +1,28 @@
 """Naming a leak's culprits: the line that created a tensor, and what keeps it alive.
 
 :class:`CreationSites` is a torch function mode that notes, for every tensor a torch
-call returns, the first line outside torch (and outside this family) on the stack. It
-costs a frame walk per torch call, so the leak check uses it for one extra run only,
-once a leak is already proven. :func:`describe_holder` follows the garbage collector's
-referrers up from a tensor to something with a name: a module global, an attribute, a
-variable captured by a closure, a function's default argument, a ``functools.lru_cache``
-(and where the cached function lives). Keys are named by a short
-repr, a tensor by its shape and dtype (never its numbers). :func:`find_holder` also says
-what kind of holder it is, so the report can give advice that fits.
+call returns, the user's line on the stack (core's finder, :mod:`pytest_torch.core.sites`:
+outside torch, this family, the standard library and pytest; past an installed library,
+whose line goes with it). It costs a frame walk per torch call, so the leak check uses
+it for one extra run only, once a leak is already proven. :func:`describe_holder`
+follows the garbage collector's referrers up from a tensor to something with a name: a
+module global, an attribute, a variable captured by a closure, a function's default
+argument, a ``functools.lru_cache`` (and where the cached function lives). Keys are
+named by a short repr, a tensor by its shape and dtype (never its numbers).
+:func:`find_holder` also says what kind of holder it is, so the report can give advice
+that fits.
 """
 
 from __future__ import annotations
 
 import gc
-import linecache
-import os
 import sys
 import types
 import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pytest_torch.core.sites import Site, site_of
 
 if TYPE_CHECKING:
     import torch
@@ -41,34 +43,6 @@ class Holder(NamedTuple):
     structure: str | None = None
 
 
-class Site(NamedTuple):
-    filename: str
-    lineno: int
-    function: str
-
-    def describe(self, root: str | None = None) -> str:
-        path = self.filename
-        if root is not None:
-            try:
-                relative = os.path.relpath(path, root)
-                if not relative.startswith(".."):
-                    path = relative
-            except ValueError:  # another drive on Windows
-                pass
-        source = linecache.getline(self.filename, self.lineno).strip()
-        code = f": `{source}`" if source else ""
-        return f"{path}:{self.lineno} in {self.function}(){code}"
-
-
-def _library_dirs() -> tuple[str, ...]:
-    import torch
-
-    # every portion of the namespace: the family's packages may be installed apart
-    namespace = sys.modules[__name__.partition(".")[0]]
-    dirs = {os.path.dirname(torch.__file__), *(os.path.abspath(p) for p in namespace.__path__)}
-    return tuple(os.path.join(d, "") for d in dirs)
-
-
 def _make_mode_class() -> type:
     from torch.overrides import TorchFunctionMode
 
@@ -76,7 +50,6 @@ def _make_mode_class() -> type:
         def __init__(self) -> None:
             super().__init__()
             self.sites: dict[int, tuple[weakref.ref[Any], Site]] = {}
-            self.skip = _library_dirs()
 
         def __torch_function__(
             self,
@@ -102,22 +75,13 @@ def _make_mode_class() -> type:
                 if known is not None and known[0]() is output:
                     continue  # an in-place op returns a tensor made elsewhere
                 if site is None:
-                    site = self._caller()
+                    site = site_of(sys._getframe(2))
                     if site is None:
                         return
                 try:
                     self.sites[id(output)] = (weakref.ref(output), site)
                 except TypeError:  # not weak-referenceable
                     continue
-
-        def _caller(self) -> Site | None:
-            frame: types.FrameType | None = sys._getframe(2)
-            while frame is not None:
-                filename = frame.f_code.co_filename
-                if not filename.startswith(self.skip) and not filename.startswith("<"):
-                    return Site(filename, frame.f_lineno, frame.f_code.co_name)
-                frame = frame.f_back
-            return None
 
         def site_of(self, tensor: torch.Tensor) -> Site | None:
             known = self.sites.get(id(tensor))
