@@ -5,16 +5,19 @@
 1. ``python -m build`` makes the sdist and, from it, the wheel of every package;
 2. ``twine check`` validates their metadata and long descriptions;
 3. the wheels' contents are checked: one namespace ``__init__.py`` (core's),
-   ``py.typed`` in every package, the pytest entry points, the family version;
+   ``py.typed`` in every package, the pytest entry points, the family version; and the
+   sdists': each plugin's ships its tests with the repository's ``pytest.ini`` and
+   ``conftest.py`` at its root, the meta-package's ships no tests;
 4. a clean virtual environment installs the wheels the ways the README promises
    (``pytest-torch``, ``"pytest-torch[perf]"``, and each feature alone), one after
    the other with the family uninstalled in between: each checks that every public
    name at ``pytest_torch`` resolves or names the distribution to install, and runs
    the examples and the documentation snippets that apply to it;
 5. with ``--tests``, each scenario also runs the tests of the package it installs, from
-   this checkout against the installed wheels, with plugin autoload off and only the
+   the package's unpacked sdist (the meta-package's, which ships none, from this
+   checkout) against the installed wheels, with plugin autoload off and only the
    family's plugins it installed enabled with ``-p`` (on two workers): each package
-   works alone, enabled one by one.
+   works alone, enabled one by one, and its sdist's tests run without the checkout.
 
 Third-party requirements come from the package index (torch pinned by
 constraints.txt); the family's own packages only from the freshly built wheels.
@@ -27,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import zipfile
@@ -67,20 +71,25 @@ SCENARIOS = [
 #: raises ImportError naming the distribution to install
 CHECK_NAMES = """
 import importlib, pytest_torch
-from pytest_torch.core.lazy import declared_exports, distribution_of, is_installed
-declared = declared_exports(pytest_torch.__file__)
+from pytest_torch.core.exports import installed_packages, package_of
+declared = pytest_torch.DISTRIBUTIONS
+installed = installed_packages()
 missing = set()
-for name, package in declared.items():
-    if is_installed(package):
-        assert getattr(pytest_torch, name) is getattr(importlib.import_module(package), name)
+for name, distribution in declared.items():
+    if package_of(distribution) in installed:
+        value = getattr(importlib.import_module(package_of(distribution)), name)
+        assert getattr(pytest_torch, name) is value
         continue
     try:
         exec(f"from pytest_torch import {name}")
     except ImportError as error:
-        assert f"is part of {distribution_of(package)}, which is not installed" in str(error)
-        missing.add(distribution_of(package))
+        assert f"is part of {distribution}, which is not installed" in str(error)
+        missing.add(distribution)
     else:
         raise AssertionError(f"{name} imported without its package")
+star = {}
+exec("from pytest_torch import *", star)
+assert sorted(set(star) - {"__builtins__"}) == pytest_torch.__all__
 print(len(declared), "names;", "not installed:", sorted(missing) or "none")
 """
 
@@ -157,6 +166,28 @@ def wheel_problems(wheel: zipfile.ZipFile, filename: str) -> list[str]:
     return problems
 
 
+#: what each plugin's sdist ships at its root beside src/ and tests/, for its tests to run
+#: from it as they do in this checkout
+SDIST_TEST_KIT = ("pytest.ini", "conftest.py")
+
+
+def sdist_problems(names: list[str], filename: str) -> list[str]:
+    """What is wrong with one sdist of the family (empty when nothing is), given the
+    names in it: a plugin's ships its sources and its tests with the repository's pytest
+    settings and test kit at its root; the meta-package's ships no tests (they check the
+    family's checkout)."""
+    root = filename.removesuffix(".tar.gz") + "/"
+    tests = [n for n in names if n.startswith(f"{root}tests/")]
+    if filename.startswith("pytest_torch-"):
+        return [f"the meta-package's sdist ships tests: {tests[:3]}"] if tests else []
+    problems = [f"lacks {needed}" for needed in SDIST_TEST_KIT if root + needed not in names]
+    if not any(n.startswith(f"{root}src/pytest_torch/") for n in names):
+        problems.append("lacks src/pytest_torch/")
+    if not any(n.rsplit("/", 1)[-1].startswith("test_") for n in tests):
+        problems.append("ships no tests")
+    return problems
+
+
 def check_contents(dist: Path, version: str) -> None:
     step("wheel and sdist contents")
     wheels = sorted(dist.glob("*.whl"))
@@ -169,7 +200,11 @@ def check_contents(dist: Path, version: str) -> None:
             assert not problems, f"{wheel.name}: {'; '.join(problems)}"
             print(f"  {wheel.name}: {len(opened.namelist())} files, ok")
     for sdist in sdists:
-        print(f"  {sdist.name}: ok")
+        with tarfile.open(sdist) as opened:
+            names = opened.getnames()
+        problems = sdist_problems(names, sdist.name)
+        assert not problems, f"{sdist.name}: {'; '.join(problems)}"
+        print(f"  {sdist.name}: {len(names)} files, ok")
 
 
 def run_shown(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> None:
@@ -180,14 +215,22 @@ def run_shown(*command: str | Path, cwd: Path, env: dict[str, str] | None = None
         sys.exit(f"release check failed: {' '.join(map(str, command))} (exit {status})")
 
 
-def run_package_tests(python: Path, requirement: str, installed: set[str]) -> None:
-    """The tests of the package a scenario installed, against the installed wheels, with
-    plugin autoload off and only the installed plugins enabled with -p."""
-    tests = REPO / "packages" / requirement / "tests"
+def run_package_tests(
+    python: Path, requirement: str, installed: set[str], sdist: Path, work: Path
+) -> None:
+    """The tests of the package a scenario installed, from its unpacked sdist (the
+    meta-package's, which ships none, from this checkout), against the installed wheels,
+    with plugin autoload off and only the installed plugins enabled with -p."""
+    with tarfile.open(sdist) as archive:  # our own archive; the data filter where it exists
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        archive.extractall(work / "sdists", **safe)  # type: ignore[arg-type]
+    folder = work / "sdists" / sdist.name.removesuffix(".tar.gz")
+    if not (folder / "tests").is_dir():
+        folder = REPO / "packages" / requirement
     plugins = [f"torch_{name}" for name in PLUGINS if f"pytest-torch-{name}" in installed]
     enabled = [arg for plugin in ["xdist", "randomly", *plugins] for arg in ("-p", plugin)]
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    run_shown(python, "-m", "pytest", "-n", "2", *enabled, tests, cwd=REPO, env=env)
+    run_shown(python, "-m", "pytest", "-n", "2", *enabled, "tests", cwd=folder, env=env)
 
 
 def install_and_run(dist: Path, work: Path, version: str, *, tests: bool = False) -> None:
@@ -222,7 +265,8 @@ def install_and_run(dist: Path, work: Path, version: str, *, tests: bool = False
                         *(REPO / "docs" / page for page in pages), cwd=work)  # fmt: skip
             print("  docs " + shown.strip().replace("\n", "\n  docs "))
         if tests and "[" not in requirement:
-            run_package_tests(python, requirement, installed)
+            sdist = dist / f"{requirement.replace('-', '_')}-{version}.tar.gz"
+            run_package_tests(python, requirement, installed, sdist, work)
         if examples:
             suite = work / f"examples-{len(installed)}-{requirement.replace('[', '-')[:30]}"
             shutil.copytree(REPO / "examples", suite, ignore=GENERATED_FILES)

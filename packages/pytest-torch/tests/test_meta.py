@@ -40,15 +40,18 @@ def _requirement_names(requirements: list[str]) -> dict[str, str]:
 
 
 def test_every_reexported_name_resolves_with_the_whole_family_installed():
-    from pytest_torch.core.lazy import declared_exports
+    from pytest_torch.core.exports import package_of
 
-    declared = declared_exports(pytest_torch.__file__)
-    assert sorted(pytest_torch.__all__) == sorted(declared)
+    declared = pytest_torch.DISTRIBUTIONS
+    assert pytest_torch.__all__ == sorted(declared)
     for name in pytest_torch.__all__:
         value = getattr(pytest_torch, name)
-        module = importlib.import_module(declared[name])
+        module = importlib.import_module(package_of(declared[name]))
         assert value is getattr(module, name), name
         assert name in dir(pytest_torch)
+    namespace: dict[str, object] = {}
+    exec("from pytest_torch import *", namespace)
+    assert sorted(set(namespace) - {"__builtins__"}) == pytest_torch.__all__
 
 
 def test_meta_depends_on_every_family_distribution_at_the_family_version():

@@ -8,16 +8,17 @@ __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 # alone. Each name is imported from its package on first use (PEP 562): importing
 # `pytest_torch` is free and never imports torch.
 #
-# A package declares its public names once, in its own `__init__` (see core/lazy.py);
-# at run time this root serves the names of the packages it finds installed. The
-# imports below are what type checkers read, and they name the package of each name
-# so that one whose package is not installed raises ImportError naming the
-# distribution to install: only a list that includes packages which are not installed
-# can. A test checks that it says what the packages declare.
+# A package declares its public names once, in its own `__init__` (`EXPORTS`, see
+# core/exports.py). At run time this root serves the names of the packages it finds
+# installed in the namespace: `__all__`, `dir()` and `from pytest_torch import *` follow
+# them. The imports below are what type checkers read; `DISTRIBUTIONS` names the
+# distribution of every name, so that one whose package is not installed raises an
+# ImportError naming what to install (only a list that includes packages which are not
+# installed can). A test checks that both say what the packages declare.
 
 from typing import TYPE_CHECKING
 
-from pytest_torch.core.lazy import namespace_exports
+from pytest_torch.core.exports import namespace_names
 
 if TYPE_CHECKING:
     from pytest_torch.core import HardwareFingerprint as HardwareFingerprint
@@ -47,4 +48,34 @@ if TYPE_CHECKING:
     from pytest_torch.perf import find_host_syncs as find_host_syncs
     from pytest_torch.perf import measure_latency as measure_latency
 
-__getattr__, __dir__ = namespace_exports(__name__, __file__)
+#: every public name of the family -> the distribution that ships it
+DISTRIBUTIONS = {
+    "HardwareFingerprint": "pytest-torch-core",
+    "Mismatch": "pytest-torch-core",
+    "PeakMemory": "pytest-torch-core",
+    "PeakTracker": "pytest-torch-core",
+    "TensorMismatchError": "pytest-torch-core",
+    "assert_close": "pytest-torch-core",
+    "hardware_fingerprint": "pytest-torch-core",
+    "CannotCompare": "pytest-torch-determinism",
+    "Diagnosis": "pytest-torch-determinism",
+    "InputsChangedWarning": "pytest-torch-determinism",
+    "NondeterminismError": "pytest-torch-determinism",
+    "assert_deterministic": "pytest-torch-determinism",
+    "diagnose_nondeterminism": "pytest-torch-determinism",
+    "MemoryBudgetError": "pytest-torch-memory",
+    "MemoryLeakError": "pytest-torch-memory",
+    "assert_max_memory": "pytest-torch-memory",
+    "assert_no_memory_leak": "pytest-torch-memory",
+    "GraphBreakError": "pytest-torch-perf",
+    "LatencyResult": "pytest-torch-perf",
+    "PerfNotJudgedError": "pytest-torch-perf",
+    "PerfRegressionError": "pytest-torch-perf",
+    "assert_no_graph_breaks": "pytest-torch-perf",
+    "assert_no_host_sync": "pytest-torch-perf",
+    "benchmark_suite": "pytest-torch-perf",
+    "find_host_syncs": "pytest-torch-perf",
+    "measure_latency": "pytest-torch-perf",
+}
+
+__getattr__, __dir__ = namespace_names(__name__, DISTRIBUTIONS)

@@ -7,3 +7,7 @@ be done, under the failure), :mod:`.annotations` and :mod:`.github` (GitHub anno
 and job summary), :mod:`.html_report` (pytest-html extras) and :mod:`.report_tables`
 (the tables the other plugins offer). Nothing here imports torch or matplotlib.
 """
+
+#: no public names at ``pytest_torch``: the plugin works through options and markers
+EXPORTS: dict[str, str] = {}
+__all__: list[str] = []
