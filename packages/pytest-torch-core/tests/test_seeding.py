@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pytest_torch.core import seeding
+from pytest_torch.core.options import parse_base_seed
 
 # these tests draw from the global random generators; torch_seed restores them
 pytestmark = pytest.mark.usefixtures("torch_seed")
@@ -27,12 +28,12 @@ def test_derive_seed_is_stable_and_per_test():
 @pytest.mark.parametrize("text", ["abc", "1.5", "", "-3"])
 def test_parse_base_seed_rejects_bad_values(text):
     with pytest.raises(ValueError, match="--torch-seed"):
-        seeding.parse_base_seed(text, source="--torch-seed")
+        parse_base_seed(text, source="--torch-seed")
 
 
 def test_parse_base_seed_accepts_integers():
-    assert seeding.parse_base_seed("1234", source="x") == 1234
-    assert seeding.parse_base_seed(" 0x10 ", source="x") == 16
+    assert parse_base_seed("1234", source="x") == 1234
+    assert parse_base_seed(" 0x10 ", source="x") == 16
 
 
 def test_seed_all_makes_every_generator_repeat():

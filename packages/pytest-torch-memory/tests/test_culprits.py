@@ -11,6 +11,14 @@ from pytest_torch.memory.culprits import creation_sites, describe_holder, find_h
 kept_globally = {}
 step_outputs = []
 
+#: this module as the messages name it: pytest's importlib mode names it after its path,
+#: shortened to its last part where that is no Python name (in the repository,
+#: packages.pytest-torch-memory.tests.test_culprits), whole where it is (run from the
+#: sdist, tests.test_culprits)
+MODULE = (
+    __name__ if all(p.isidentifier() for p in __name__.split(".")) else __name__.rpartition(".")[2]
+)
+
 
 class Trainer:
     def __init__(self):
@@ -21,10 +29,7 @@ def test_holders_are_described_by_name():
     tensor = torch.ones(1)
     kept_globally["last"] = tensor
     try:
-        assert (
-            describe_holder(tensor)
-            == "key `last` of dict `kept_globally` in module `test_culprits`"
-        )
+        assert describe_holder(tensor) == f"key `last` of dict `kept_globally` in module `{MODULE}`"
     finally:
         kept_globally.clear()
 
@@ -95,11 +100,8 @@ def test_keys_are_short_and_tensors_never_show_their_numbers():
     kept_globally[("a" * 100, 1)] = torch.zeros(1)
     try:
         holder = describe_holder(value)
-        assert (
-            holder
-            == "key `tensor [7, 7] float32` of dict `kept_globally` in module `test_culprits`"
-        )
-        assert describe_holder(key) == "keys of dict `kept_globally` in module `test_culprits`"
+        assert holder == f"key `tensor [7, 7] float32` of dict `kept_globally` in module `{MODULE}`"
+        assert describe_holder(key) == f"keys of dict `kept_globally` in module `{MODULE}`"
         long_key = describe_holder(kept_globally[("a" * 100, 1)])
         assert long_key is not None and "('aaaa" in long_key and "..." in long_key
         assert len(long_key.split("`")[1]) == 40
@@ -116,9 +118,7 @@ def test_output_structures_kept_per_step_are_recognised():
     try:
         holder = find_holder(logits)
         assert holder is not None and holder.structure == "dict"
-        assert (
-            holder.text == "key `logits` of a dict in list `step_outputs` in module `test_culprits`"
-        )
+        assert holder.text == f"key `logits` of a dict in list `step_outputs` in module `{MODULE}`"
     finally:
         step_outputs.clear()
     trainer = Trainer()
@@ -144,7 +144,7 @@ def test_a_tensor_in_a_methods_lru_cache_names_the_method_and_its_class():
             tensor = getattr(embedder, name)(3)
             assert describe_holder(tensor) == (
                 f"the cache of `Embedder.{name}` (functools.lru_cache) (attribute `{name}` of"
-                " class `Embedder` in module `test_culprits`)"
+                f" class `Embedder` in module `{MODULE}`)"
             )
     finally:
         Embedder.table.cache_clear()

@@ -21,6 +21,11 @@ pytestmark = pytest.mark.usefixtures("torch_seed")
 CHECK = LeakCheck(iterations=5)
 history: list = []
 
+#: this module as the messages name it (see test_culprits.py: whole run from the sdist)
+MODULE = (
+    __name__ if all(p.isidentifier() for p in __name__.split(".")) else __name__.rpartition(".")[2]
+)
+
 
 @pytest.fixture(autouse=True)
 def _fresh_history():
@@ -57,7 +62,7 @@ def test_accumulated_losses_are_named_with_line_holder_and_hint():
     )
     assert "  7 tensors, 1 per run: shape [], float32, cpu, grad_fn=MseLossBackward0" in message
     assert "test_leaks.py:" in message and "`loss = F.mse_loss(model(x), y)`" in message
-    assert "held by list `history` in module `test_leaks`" in message
+    assert f"held by list `history` in module `{MODULE}`" in message
     assert "store loss.item() (a Python float) instead of loss" in message
 
 
@@ -255,7 +260,7 @@ def test_kept_grad_fn_nodes_get_their_own_advice():
     assert message is not None
     assert "autograd graph nodes held by Python after each run: 1 -> 2 -> 3 -> 4" in message
     assert "4 autograd graph nodes SumBackward0 (grad_fn objects), 1 per run" in message
-    assert "held by list `graph_nodes` in module `test_leaks`" in message
+    assert f"held by list `graph_nodes` in module `{MODULE}`" in message
     assert (
         "you keep autograd graph nodes (grad_fn): keep the tensor's value with .detach()"
         " or drop the reference" in message
@@ -283,7 +288,7 @@ def test_plain_tensors_and_output_structures_get_fitting_advice():
 
     message = check_for_leaks(keep_outputs, LeakCheck(3))
     assert message is not None
-    assert "held by key `logits` of a dict in list `history` in module `test_leaks`" in message
+    assert f"held by key `logits` of a dict in list `history` in module `{MODULE}`" in message
     assert "an output structure is kept on every run: each run's outputs, in a dict" in message
 
 

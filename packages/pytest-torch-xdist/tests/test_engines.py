@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from pytest_torch.core import devices
-from pytest_torch.xdist import gpus, threads, workers
+from pytest_torch.xdist import gpus, options, threads, workers
 from pytest_torch.xdist.locks import GpuLock
 from pytest_torch.xdist.settings import XdistSettings
+from pytest_torch.xdist.state import XdistSession
 
 # these tests draw from the global random generators; torch_seed restores them
 pytestmark = pytest.mark.usefixtures("torch_seed")
@@ -34,14 +35,14 @@ def test_thread_plans():
 
 
 def test_settings_and_oversubscription():
-    assert threads.parse_setting(" AUTO ", "s") == "auto"
-    assert threads.parse_setting("none", "s") == "none"
-    assert threads.parse_setting("3", "s") == 3
+    assert options.parse_threads(" AUTO ", "s") == "auto"
+    assert options.parse_threads("none", "s") == "none"
+    assert options.parse_threads("3", "s") == 3
     for bad in ("0", "-2", "many", "1.5"):
         with pytest.raises(
-            threads.ThreadSettingError, match="s: expected auto, none or a positive"
+            options.ThreadSettingError, match="s: expected auto, none or a positive"
         ):
-            threads.parse_setting(bad, "s")
+            options.parse_threads(bad, "s")
     assert threads.oversubscription("auto", 4, 2) is None
     assert threads.oversubscription(2, 2, 4) is None
     message = threads.oversubscription(4, 2, 4)
@@ -130,12 +131,12 @@ def test_no_gpu_is_an_error(monkeypatch):
 
 
 def test_memory_fractions():
-    assert gpus.parse_fraction("auto", "f") == "auto"
-    assert gpus.parse_fraction("0.5", "f") == 0.5
-    assert gpus.parse_fraction("1", "f") == 1.0
+    assert options.parse_fraction("auto", "f") == "auto"
+    assert options.parse_fraction("0.5", "f") == 0.5
+    assert options.parse_fraction("1", "f") == 1.0
     for bad in ("0", "1.5", "-0.1", "half"):
-        with pytest.raises(gpus.GpuSettingError, match=r"f: expected auto or a fraction"):
-            gpus.parse_fraction(bad, "f")
+        with pytest.raises(ValueError, match=r"f: expected auto or a fraction"):
+            options.parse_fraction(bad, "f")
     # 16 GiB: 1 GiB kept for the GPU and 1 GiB for each of the two worker processes
     assert gpus.auto_fraction(16 * 2**30, 2) == pytest.approx((16 - 1 - 2) / 2 / 16)
     assert gpus.auto_fraction(16 * 2**30, 1) == pytest.approx(14 / 16)
@@ -207,16 +208,16 @@ def test_lock_is_shared_between_readers_and_exclusive_for_writers(tmp_path):
 
 
 def test_worker_counts_and_numbers():
-    assert workers.count_workers(3, []) == 3
-    assert workers.count_workers(None, ["2*popen", "popen//env:X=1"]) == 3
-    assert workers.count_workers(0, []) == 0
-    assert workers.worker_number("gw12") == 12
-    assert workers.worker_number("mine") == 0
+    assert options.count_workers(3, []) == 3
+    assert options.count_workers(None, ["2*popen", "popen//env:X=1"]) == 3
+    assert options.count_workers(0, []) == 0
+    assert options.worker_number("gw12") == 12
+    assert options.worker_number("mine") == 0
 
 
 def test_the_controller_plans_each_worker(two_fake_gpus, monkeypatch):
     monkeypatch.setattr(devices, "total_memory", lambda device: 16 * 2**30)
-    settings = XdistSettings("auto", 3, None)
+    settings = XdistSession(XdistSettings("auto", 3, None))
     settings.gpus, settings.narrow, settings.fraction = gpus.GpuPlan("cuda", (1, 0)), True, "auto"
     planned = workers.plan_assignments(settings, [], "--gpus", {"CUDA_VISIBLE_DEVICES": "4,6"})
     # GPU 1 is shared by workers 0 and 2: (16 - 1 - 2) / 2 GiB each; GPU 0 by worker 1 alone

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_torch.ci import artifacts, html_report
 from pytest_torch.ci.annotations import (
     ARTIFACTS_ATTRIBUTE,
     LINE_ATTRIBUTE,
@@ -102,8 +103,6 @@ def _process(
     if folder is None:
         return notes
     try:
-        from pytest_torch.ci import artifacts
-
         pairs, caught_earlier = artifacts.of_failure(error, announced)
         if not pairs:
             return notes
@@ -121,12 +120,9 @@ def _process(
         notes.append(f"{ARTIFACTS_PREFIX}{what}: {', '.join(shown)}")
     notes += [f"failure artifacts: {note}" for note in written.notes]
     pictures = [p for p in written.paths if p.suffix == ".png"]
-    if pictures:
-        from pytest_torch.ci import html_report
-
-        if item.config.pluginmanager.has_plugin(html_report.PLUGIN_NAME):
-            try:
-                html_report.embed_pictures(report, pictures)
-            except Exception as problem:
-                notes.append(f"HTML report: heatmaps not embedded ({why(problem)})")
+    if pictures and item.config.pluginmanager.has_plugin(html_report.PLUGIN_NAME):
+        try:
+            html_report.embed_pictures(report, pictures)
+        except Exception as problem:
+            notes.append(f"HTML report: heatmaps not embedded ({why(problem)})")
     return notes

@@ -13,17 +13,6 @@ from pytest_torch.ci.report_tables import gather
 PLUGIN_NAME = "torch_ci_html"
 
 
-def report_path(config: pytest.Config) -> Path | None:
-    """The pytest-html report this run writes, if any."""
-    if not config.pluginmanager.hasplugin("html"):
-        return None
-    path = config.getoption("htmlpath", default=None)
-    if not path:
-        return None
-    report = Path(str(path)).expanduser()
-    return report if report.is_absolute() else config.invocation_params.dir / report
-
-
 def embed_pictures(report: pytest.TestReport, pictures: list[Path]) -> None:
     """The PNGs as images among the report's pytest-html extras."""
     import base64

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_torch.ci.artifacts import reason
+
 if TYPE_CHECKING:
     import pytest
 
@@ -16,8 +18,6 @@ NOTES_TITLE = "pytest-torch-ci"
 
 def why(problem: BaseException) -> str:
     """``Type: first line of the message`` of what went wrong, for a note."""
-    from pytest_torch.ci.artifacts import reason
-
     return reason(problem)
 
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_torch.core import devices
+
 if TYPE_CHECKING:
     import torch
 
@@ -32,8 +34,6 @@ def resolve_device(config: pytest.Config, device_type: str) -> torch.device:
     resolved = config.stash.setdefault(_resolved_key, {})
     device = resolved.get(device_type)
     if device is None:
-        from pytest_torch.core import devices
-
         device = devices.as_device(
             config.hook.pytest_torch_resolve_device(config=config, device_type=device_type)
         )

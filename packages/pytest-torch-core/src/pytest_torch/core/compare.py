@@ -442,6 +442,7 @@ def assert_close(
 
 
 def _announce(error: TensorMismatchError) -> None:
+    # pytest: session imports it, which assert_close outside a pytest run never pays for
     from pytest_torch.core import session
 
     session.announce_mismatch(error)

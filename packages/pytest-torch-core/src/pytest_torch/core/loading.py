@@ -6,11 +6,11 @@ to load first), it fails with "No module named 'torch_core'". A sibling plugin
 therefore also calls :func:`require_core` from its ``pytest_addhooks``, which runs as
 soon as the sibling is registered::
 
+    from pytest_torch.core.loading import require_core
+
     pytest_plugins = ["torch_core"]
 
     def pytest_addhooks(pluginmanager):
-        from pytest_torch.core.loading import require_core
-
         require_core(pluginmanager, "torch_perf")
 """
 

@@ -24,12 +24,11 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytest_torch.core import devices
+from pytest_torch.core.cpu_memory import CpuAllocation, CpuAllocationRecorder
 from pytest_torch.core.units import KIB
 
 if TYPE_CHECKING:
     import torch
-
-    from pytest_torch.core.cpu_memory import CpuAllocation, CpuAllocationRecorder
 
 #: how many of the largest blocks alive at the peak a result keeps
 LARGEST_BLOCKS = 5
@@ -172,8 +171,6 @@ class _SharedCpuRecording:
     def join(self) -> int | None:
         """Start or join the recording; the position this tracker's events start at, or
         None when torch's profiler is in use by something else."""
-        from pytest_torch.core.cpu_memory import CpuAllocationRecorder
-
         if self.users == 0:
             recorder = CpuAllocationRecorder()
             if not recorder.start():

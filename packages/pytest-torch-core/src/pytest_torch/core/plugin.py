@@ -12,11 +12,21 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_torch.core import devices, reach, seeding, session
+from pytest_torch.core import devices, hookspecs, reach, seeding, session
+from pytest_torch.core.chosen_device import resolve_device
 from pytest_torch.core.markers import DEVICES
-from pytest_torch.core.options import add_option_with_ini, option_or_ini, option_source
-from pytest_torch.core.selection import restriction, skip_reason
-from pytest_torch.core.settings import CoreSettings, get_settings, settings_key
+from pytest_torch.core.options import DEVICE, SEED, add_options, read_settings
+from pytest_torch.core.rerun import rerun_command
+from pytest_torch.core.selection import (
+    device_parameters,
+    parametrized_by_test,
+    restriction,
+    skip_reason,
+    unavailable,
+)
+from pytest_torch.core.settings import get_settings, settings_key
+from pytest_torch.core.state import CoreSession, get_session, session_key
+from pytest_torch.core.tensors import tensor_factory
 from pytest_torch.core.testkinds import is_unittest
 
 if TYPE_CHECKING:
@@ -30,49 +40,19 @@ REACH_TITLE = "torch: what the checks reached"
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from pytest_torch.core import hookspecs
-
     pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("torch", "torch: devices, seeds and tensors (pytest-torch)")
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-device",
-        ini="torch_device",
-        default="all",
-        metavar="TYPES",
-        help="Device types that tests using the torch_device fixture run on: a comma"
-        " list of cpu, cuda, xpu, mps, or 'all' available ones.",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-seed",
-        ini="torch_seed",
-        default="0",
-        metavar="N",
-        help="Base seed of the torch_seed fixture; each test derives its own seed from"
-        " it and its test id.",
-    )
+    add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     DEVICES.register(config)
-    device_source = option_source(config, "torch_device", "--torch-device")
-    seed_source = option_source(config, "torch_seed", "--torch-seed")
-    try:
-        device_types = devices.parse_device_types(
-            str(option_or_ini(config, "torch_device")), source=device_source
-        )
-        base_seed = seeding.parse_base_seed(option_or_ini(config, "torch_seed"), source=seed_source)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    settings = CoreSettings(device_types, device_source, base_seed)
+    settings = read_settings(config)
     config.stash[settings_key] = settings
-    config.pluginmanager.register(_ReachCollector(settings.reach), "torch_core_reach")
+    state = config.stash[session_key] = CoreSession(settings)
+    config.pluginmanager.register(_ReachCollector(state.reach), "torch_core_reach")
     session.push(config)
 
 
@@ -95,33 +75,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str:
     settings = get_settings(config)
     chosen = "all available" if settings.device_types is None else ",".join(settings.device_types)
-    return (
-        f"torch: devices {chosen} (--torch-device), base seed {settings.base_seed} (--torch-seed)"
-    )
+    return f"torch: devices {chosen} ({DEVICE}), base seed {settings.base_seed} ({SEED})"
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection(session: pytest.Session) -> None:
-    settings = get_settings(session.config)
-    asked = settings.device_types or []
-    if any(t != "cpu" for t in asked):
-        missing = [t for t in asked if t not in settings.available()]
-        if missing:
-            raise pytest.UsageError(
-                f"{settings.device_source}: {', '.join(missing)} asked for but not available"
-                f" on this machine (available: {', '.join(settings.available())}). Drop it"
-                f" from the list, or leave the option out to use every available device."
-            )
-
-
-def _already_parametrized(metafunc: pytest.Metafunc) -> bool:
-    for marker in metafunc.definition.iter_markers("parametrize"):
-        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", "")
-        if isinstance(names, str):
-            names = [n.strip() for n in names.split(",")]
-        if "torch_device" in names:
-            return True
-    return False
+    problem = unavailable(get_session(session.config))
+    if problem is not None:
+        raise pytest.UsageError(problem)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -129,31 +90,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         wanted = restriction(metafunc)
     except ValueError as exc:
         raise pytest.Collector.CollectError(str(exc)) from None
+    state = get_session(metafunc.config)
     if wanted is not None:
-        get_settings(metafunc.config).restrictions_seen = True
-    if "torch_device" not in metafunc.fixturenames or _already_parametrized(metafunc):
-        return
-    settings = get_settings(metafunc.config)
-    selected = settings.selected()
-    if wanted is not None:
-        runnable = [t for t in selected if t in wanted]
-        if not runnable:
-            reason = skip_reason(wanted, settings)
-            params = [pytest.param(t, id=t, marks=pytest.mark.skip(reason=reason)) for t in wanted]
-            metafunc.parametrize("torch_device", params, indirect=True)
-            return
-        selected = runnable
-    metafunc.parametrize("torch_device", selected, ids=selected, indirect=True)
+        state.restrictions_seen = True
+    if "torch_device" in metafunc.fixturenames and not parametrized_by_test(metafunc):
+        metafunc.parametrize("torch_device", device_parameters(state, wanted), indirect=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # A restricted test that does not use torch_device still must not run on a
     # machine without any of its device types (torch_device tests were handled when
     # they were parametrized).
-    settings = get_settings(config)
+    state = get_session(config)
     # unittest.TestCase methods never reach pytest_generate_tests: look at every test
     # when one is among them
-    if not settings.restrictions_seen and not any(map(is_unittest, items)):
+    if not state.restrictions_seen and not any(map(is_unittest, items)):
         return
     for item in items:
         if "torch_device" in getattr(item, "fixturenames", ()):
@@ -163,8 +114,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         except ValueError as exc:  # a unittest method's marker: fails when it runs
             item.stash[marker_problem_key] = str(exc)
             continue
-        if wanted is not None and not any(t in settings.available() for t in wanted):
-            item.add_marker(pytest.mark.skip(reason=skip_reason(wanted, settings)))
+        if wanted is not None and not any(t in state.available() for t in wanted):
+            item.add_marker(pytest.mark.skip(reason=skip_reason(wanted, state)))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -191,10 +142,8 @@ def pytest_runtest_makereport(
     reach.attach(item, report)
     seed = item.stash.get(seed_key, None)
     if report.failed and seed is not None:
-        from pytest_torch.core.rerun import rerun_command
-
         settings = get_settings(item.config)
-        command = rerun_command(item.config, item.nodeid, [f"--torch-seed={settings.base_seed}"])
+        command = rerun_command(item.config, item.nodeid, [f"{SEED}={settings.base_seed}"])
         report.sections.append(
             (
                 "torch_seed",
@@ -206,7 +155,7 @@ def pytest_runtest_makereport(
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    lines = get_settings(config).reach.lines()
+    lines = get_session(config).reach.lines()
     for offered in config.hook.pytest_torch_reach_lines(config=config):
         lines += offered or []
     if lines:
@@ -230,9 +179,7 @@ def torch_device(request: pytest.FixtureRequest) -> torch.device:
     """
     device_type = getattr(request, "param", None)
     if device_type is None:
-        device_type = get_settings(request.config).selected()[0]
-    from pytest_torch.core.chosen_device import resolve_device
-
+        device_type = get_session(request.config).selected()[0]
     return resolve_device(request.config, device_type)
 
 
@@ -263,8 +210,6 @@ def make_tensor(request: pytest.FixtureRequest, torch_seed: int) -> Callable[...
     requires_grad=False, **kwargs)``; the shape may also be one tuple. Other keywords
     go to ``torch.testing.make_tensor`` (``noncontiguous``, ``exclude_zero``, ...).
     """
-    from pytest_torch.core.tensors import tensor_factory
-
     device: torch.device | str = "cpu"
     if "torch_device" in request.fixturenames:
         device = request.getfixturevalue("torch_device")

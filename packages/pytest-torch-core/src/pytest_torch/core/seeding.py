@@ -28,21 +28,6 @@ def derive_seed(base_seed: int, node_id: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-def parse_base_seed(value: object, *, source: str) -> int:
-    """A base seed from an option or ini value; ValueError with a readable message."""
-    text = str(value).strip()
-    try:
-        seed = int(text, 0)
-    except ValueError:
-        raise ValueError(
-            f"{source}: expected a non-negative integer seed, got {text!r}."
-            f" Example: --torch-seed=1234"
-        ) from None
-    if seed < 0 or seed >= 2**63:
-        raise ValueError(f"{source}: the seed must be between 0 and 2**63-1, got {seed}.")
-    return seed
-
-
 @dataclass
 class RngSnapshot:
     """The random-number state of every generator that :func:`seed_all` touches."""

@@ -19,6 +19,9 @@ import os
 import sys
 from collections.abc import Iterator
 
+from pytest_torch.core import devices
+from pytest_torch.determinism.options import DETERMINISTIC
+
 VARIABLE = "CUBLAS_WORKSPACE_CONFIG"
 #: what the plugin and the diagnosis set (``:16:8`` uses less memory, and may be slower)
 VALUE = ":4096:8"
@@ -76,8 +79,6 @@ def cuda_initialised() -> bool:
     """
     if "torch" not in sys.modules:
         return False
-    from pytest_torch.core import devices
-
     try:
         return devices.is_initialized("cuda")
     except Exception:  # a broken CUDA install: nothing can have run on it
@@ -98,7 +99,7 @@ def refusal_explained() -> str:
         f"torch refused a CUDA matrix product under deterministic algorithms because"
         f" {VARIABLE} was not {allowed} when this process ran its first CUDA matrix"
         f" product (torch and cuBLAS read it only then). Export {EXPORT} before starting"
-        f" Python (for pytest: {EXPORT} pytest ..., or use --torch-deterministic, which sets"
+        f" Python (for pytest: {EXPORT} pytest ..., or use {DETERMINISTIC}, which sets"
         f" it at start-up)"
     )
 

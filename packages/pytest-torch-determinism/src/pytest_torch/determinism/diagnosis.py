@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_torch.core.tables import format_table
 from pytest_torch.determinism import cublas, flags
 from pytest_torch.determinism.outputs import CannotCompare, differences, has_nan
 from pytest_torch.determinism.probes import first_divergence, pattern_name, random_sources
@@ -76,8 +77,6 @@ class Diagnosis:
         return self.category == DETERMINISTIC
 
     def __str__(self) -> str:
-        from pytest_torch.core.tables import format_table
-
         lines = [self.verdict]
         if self.first_divergence:
             lines.append(f"First divergence: {self.first_divergence}")

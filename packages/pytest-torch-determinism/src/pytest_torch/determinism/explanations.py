@@ -5,8 +5,18 @@ command that runs the test as before."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from pytest_torch.core.rerun import rerun_command
+from pytest_torch.determinism import flags
+from pytest_torch.determinism.options import (
+    DETERMINISTIC,
+    DETERMINISTIC_OPTION,
+    WARN_ONLY,
+    WARN_ONLY_OPTION,
+)
 from pytest_torch.determinism.settings import settings_key
 
 
@@ -23,18 +33,15 @@ def of_failure(item: pytest.Item, error: BaseException, text: str) -> str | None
 def _switch_and_rerun(item: pytest.Item) -> tuple[str, str]:
     """What turned deterministic mode on (the flag or the ini), and the command that runs
     the test without it, from where pytest was started."""
-    from pytest_torch.core.rerun import rerun_command
-
-    if getattr(item.config.option, "torch_deterministic", None) is None:
-        command = rerun_command(item.config, item.nodeid, ["-o", "torch_deterministic=false"])
-        return "torch_deterministic = true (ini)", command
-    command = f"{rerun_command(item.config, item.nodeid)} (without --torch-deterministic)"
-    return "--torch-deterministic", command
+    ini = DETERMINISTIC_OPTION.ini
+    if not DETERMINISTIC_OPTION.given(item.config):
+        command = rerun_command(item.config, item.nodeid, ["-o", f"{ini}=false"])
+        return f"{ini} = true (ini)", command
+    command = f"{rerun_command(item.config, item.nodeid)} (without {DETERMINISTIC})"
+    return DETERMINISTIC, command
 
 
 def mentions_nan(text: str) -> bool:
-    import re
-
     return re.search(r"\bnan\b|isnan", text, re.IGNORECASE) is not None
 
 
@@ -56,8 +63,6 @@ def nan_fill_section(item: pytest.Item) -> str:
 
 def refused_op(error: BaseException) -> str | None:
     """The op that refused deterministic mode, anywhere in the error's chain."""
-    from pytest_torch.determinism import flags
-
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -74,7 +79,7 @@ def refusal_section(item: pytest.Item, op: str) -> str:
     switch, command = _switch_and_rerun(item)
     if item.config.stash[settings_key].warn_only:
         what = (
-            f"{switch} with --torch-deterministic-warn-only turned deterministic algorithms on"
+            f"{switch} with {WARN_ONLY} turned deterministic algorithms on"
             f" for this test (it uses torch_seed), and {op} has no deterministic"
             f" implementation: torch warned, and the warning was turned into an error (-W"
             f" error or filterwarnings), which is the error above."
@@ -91,7 +96,7 @@ def refusal_section(item: pytest.Item, op: str) -> str:
         )
         keep = (
             "Or keep the flag and let such ops warn instead of raising:"
-            " --torch-deterministic-warn-only (ini: torch_deterministic_warn_only = true)"
+            f" {WARN_ONLY} (ini: {WARN_ONLY_OPTION.ini} = true)"
         )
     return (
         f"{what}\n"

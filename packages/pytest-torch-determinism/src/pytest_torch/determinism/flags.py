@@ -13,6 +13,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from pytest_torch.core import seeding
+
 #: what torch says when an op has no deterministic implementation
 NO_DETERMINISTIC_IMPLEMENTATION = "does not have a deterministic implementation"
 
@@ -54,8 +56,6 @@ def deterministic(*, warn_only: bool = False, fill_uninitialized_memory: bool = 
 @contextlib.contextmanager
 def preserved() -> Iterator[None]:
     """Restore the determinism switches and every random generator on exit."""
-    from pytest_torch.core import seeding
-
     flags = current()
     rng = seeding.capture()
     try:

@@ -1,24 +1,22 @@
-"""The determinism options of a session and what the plugin did with them, kept in
-``config.stash[settings_key]``."""
+"""The determinism options of a session, read once at start-up and never changed, kept
+in ``config.stash[settings_key]``; what the plugin does with them during the session
+is in ``state``."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pytest
 
 
+@dataclass(frozen=True)
 class DeterminismSettings:
-    # a plain class, not a dataclass: building one costs start-up time on every run
-    def __init__(self, enabled: bool, warn_only: bool) -> None:
-        self.enabled = enabled
-        self.warn_only = warn_only
-        #: whether the plugin set CUBLAS_WORKSPACE_CONFIG (and removes it at the end)
-        self.cublas_set = False
-        #: the header's line about CUBLAS_WORKSPACE_CONFIG
-        self.cublas_line: str | None = None
-        #: tests set up in this run, and those deterministic mode was applied to (the
-        #: controller counts its workers' reports under xdist)
-        self.tests = 0
-        self.applied = 0
+    """The determinism options of a session."""
+
+    #: deterministic mode for every test that uses torch_seed (--torch-deterministic)
+    enabled: bool
+    #: ops without a deterministic implementation warn instead of raising
+    warn_only: bool
 
 
 settings_key = pytest.StashKey[DeterminismSettings]()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_torch.core import seeding
 from pytest_torch.determinism import cublas, flags
 from pytest_torch.determinism.outputs import Difference, Leaves, differences, freeze
 from pytest_torch.determinism.probes import (
@@ -90,8 +91,6 @@ class Subject:
         bytes of the probe may send a buggy model down a path that fails);
         ``inputs_only``: reset only the inputs, not the model's state."""
         __tracebackhide__ = True
-        from pytest_torch.core import seeding
-
         outputs: list[Leaves] = []
         error = None
         refused_cublas = False
@@ -145,8 +144,6 @@ class Subject:
     ) -> list[tuple[str, Leaves]]:
         """Every submodule's output in one run (see :func:`probes.module_outputs`);
         ``fresh``: with state restored and the RNG reseeded first."""
-        from pytest_torch.core import seeding
-
         assert self.module is not None
         if fresh:
             self.reset()

@@ -3,7 +3,7 @@ the experiments showed and what to do."""
 
 from __future__ import annotations
 
-from pytest_torch.determinism import cublas
+from pytest_torch.determinism import cublas, options
 from pytest_torch.determinism.probes import RandomSource, pattern_name
 
 DETERMINISTIC = "Deterministic"
@@ -104,7 +104,7 @@ def random_verdict(seen: list[RandomSource]) -> str:
 def unsupported_verdict(error: str) -> str:
     return (
         f"{KERNEL}: the variance stays when the RNG is reseeded, and {error} (torch refused"
-        f" it with torch.use_deterministic_algorithms(True)), so --torch-deterministic"
+        f" it with torch.use_deterministic_algorithms(True)), so {options.DETERMINISTIC}"
         f" cannot fix it. Replace that op with a deterministic equivalent, or compare the"
         f" outputs with a tolerance (atol/rtol)."
     )
@@ -113,7 +113,7 @@ def unsupported_verdict(error: str) -> str:
 def fixed_verdict() -> str:
     return (
         f"{KERNEL}: the variance stays when the RNG is reseeded and disappears with"
-        f" torch.use_deterministic_algorithms(True): run the test with --torch-deterministic"
+        f" torch.use_deterministic_algorithms(True): run the test with {options.DETERMINISTIC}"
         f" (it applies to tests using torch_seed), or switch deterministic algorithms on"
         f" yourself."
     )

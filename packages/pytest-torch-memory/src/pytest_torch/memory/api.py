@@ -13,6 +13,7 @@ from pytest_torch.memory.budgets import (
     budget_failure,
     free_garbage_before,
     over_budget,
+    parse_budget,
 )
 from pytest_torch.memory.leak_parameters import LeakCheck, leak_check_from
 from pytest_torch.memory.leaks import MemoryLeakError, check_for_leaks
@@ -37,8 +38,6 @@ def assert_max_memory(
     Returns the measured peaks per device. A budget that is not a finite number > 0
     raises ValueError (TypeError for a bool or a non-number)."""
     __tracebackhide__ = True
-    from pytest_torch.memory.budgets import parse_budget
-
     keywords: dict[str, Any] = {"mb": mb}
     if device is not None:
         keywords["device"] = device if isinstance(device, str) else list(device)

@@ -50,10 +50,9 @@ def runs_once(config: pytest.Config, nodeid: str, fixturenames: Sequence[str]) -
     return answer
 
 
-def check_markers(metafunc: pytest.Metafunc, settings: MemorySettings) -> None:
-    """ValueError, naming the test, for a malformed budget or leak marker, or a leak
-    marker on a test whose body must run once."""
-    budget_of(metafunc)
+def check_leak_marker(metafunc: pytest.Metafunc, settings: MemorySettings) -> None:
+    """ValueError, naming the test, for a malformed leak marker, or a leak marker on a
+    test whose body must run once."""
     leak_check_of(metafunc, settings)
     if LEAK.mark_on(metafunc) is None:
         return

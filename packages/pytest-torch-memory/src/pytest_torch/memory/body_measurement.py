@@ -1,4 +1,5 @@
-"""One test body measured against its ``torch_max_memory`` budget.
+"""One test body measured against its ``torch_max_memory`` budget, or only measured
+(``--torch-memory-report``, :func:`peaks_recorded`).
 
 The peak on each measured device (see :mod:`pytest_torch.memory.measured_devices`) is
 taken from when the test function is called to when it returns; the figures go into
@@ -7,6 +8,9 @@ verdict is a message for the plugin to fail the test with.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import pytest
 
@@ -63,3 +67,15 @@ class BodyMeasurement:
         if any(over_budget(peak, budget) for peak in self.tracker.results.values()):
             self.tracker.name_blocks()
         return budget_failure(self.tracker.results, budget, self._unmeasured())
+
+
+@contextlib.contextmanager
+def peaks_recorded(item: pytest.Item) -> Iterator[None]:
+    """The peaks of a body without a budget, on every selected device, recorded on the
+    test (``--torch-memory-report``)."""
+    measurement = BodyMeasurement(item, every_device=True)
+    measurement.start()
+    try:
+        yield
+    finally:
+        measurement.stop()

@@ -13,18 +13,23 @@ whether a test gets the check and wraps its body for it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_torch.core import reach
+from pytest_torch.core import reach, seeding
+from pytest_torch.core.rerun import rerun_command
 from pytest_torch.core.testkinds import is_async, is_unittest, kind_of
 from pytest_torch.memory.asked import leak_check_of, runs_once
+from pytest_torch.memory.leaks import examine
 from pytest_torch.memory.markers import LEAK
 from pytest_torch.memory.measured_devices import devices_to_measure
+from pytest_torch.memory.options import LEAK_CHECK
 from pytest_torch.memory.results import LEAK_PROPERTY
+from pytest_torch.memory.subtest_echoes import reported_once
 
 if TYPE_CHECKING:
     from pytest_torch.memory.leak_parameters import LeakCheck
@@ -48,7 +53,7 @@ RAISED_IN_RUN = pytest.StashKey[RaisedInRun]()
 
 def check_name(item: pytest.Item) -> str:
     """How the test asked for the check: its marker, or the run-wide switch."""
-    return f"@pytest.mark.{LEAK.name}" if LEAK.mark_on(item) is not None else "--torch-leak-check"
+    return f"@pytest.mark.{LEAK.name}" if LEAK.mark_on(item) is not None else LEAK_CHECK
 
 
 def raised_in_run(item: pytest.Item) -> str | None:
@@ -63,7 +68,7 @@ def raised_in_run(item: pytest.Item) -> str | None:
     how = (
         f"@pytest.mark.{LEAK.name} runs this test's body"
         if marked
-        else "--torch-leak-check runs every test's body"
+        else f"{LEAK_CHECK} runs every test's body"
     )
     unittest = is_unittest(item)
     same = (
@@ -96,10 +101,8 @@ def raised_in_run(item: pytest.Item) -> str | None:
             " in every run and order."
         )
     if not marked:
-        from pytest_torch.core.rerun import rerun_command
-
         command = rerun_command(item.config, item.nodeid)
-        lines.append(f"Run it as before with: {command} (without --torch-leak-check)")
+        lines.append(f"Run it as before with: {command} (without {LEAK_CHECK})")
     return "\n".join(lines)
 
 
@@ -141,6 +144,33 @@ def leak_check_to_run(item: pytest.Item, settings: MemorySettings) -> LeakCheck 
     return check
 
 
+@contextlib.contextmanager
+def repeated(item: pytest.Item, settings: MemorySettings) -> Iterator[None]:
+    """For the leak check: the test's body (its ``obj``, which pytest calls for a test
+    function and hands unittest for a ``unittest.TestCase`` method) replaced by the
+    repeating one within the block, and put back after; nothing replaced where no check
+    was asked for, or one that cannot act (noted with why). A malformed marker (of a
+    unittest method, never seen at collection) fails the test."""
+    if not settings.leak_all and LEAK.mark_on(item) is None:
+        yield
+        return
+    try:
+        check = leak_check_to_run(item, settings)
+    except ValueError as exc:
+        reach.not_acted(item, check_name(item), "a malformed marker (the test failed, saying why)")
+        raise pytest.fail.Exception(str(exc), pytrace=False) from None
+    if check is None:
+        yield
+        return
+    assert isinstance(item, pytest.Function)  # leak_check_to_run says so
+    original = item.obj
+    item.obj = repeating_body(item, check)
+    try:
+        yield
+    finally:
+        item.obj = original
+
+
 def repeating_body(item: pytest.Function, check: LeakCheck) -> Callable[..., None]:
     """The test's body (its ``obj``), run repeatedly and failing the test with the leak
     report (also kept in its ``user_properties``) when every run left more behind."""
@@ -150,10 +180,6 @@ def repeating_body(item: pytest.Function, check: LeakCheck) -> Callable[..., Non
 
     def run_repeatedly(**kwargs: Any) -> None:
         __tracebackhide__ = True
-        from pytest_torch.core import seeding
-        from pytest_torch.memory.leaks import examine
-        from pytest_torch.memory.subtest_echoes import reported_once
-
         runs = 0
         start = seeding.capture()
         drawn: list[str] = []

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from pytest_torch.core import seeding
 from pytest_torch.memory.accumulation import (
     Culprit,
     NodeCulprit,
@@ -38,6 +39,7 @@ from pytest_torch.memory.census import (
     node_name,
     take_census,
 )
+from pytest_torch.memory.culprits import creation_sites, find_holder
 from pytest_torch.memory.leak_parameters import LeakCheck
 from pytest_torch.memory.leak_report import Evidence, report
 
@@ -139,8 +141,6 @@ def _examples(
 def _holders(found: Sequence[Culprit], chosen: _Examples) -> dict[GroupKey, Evidence]:
     """Each culprit's evidence, with what holds it (outside the frozen heap: holders are
     usually older than the runs)."""
-    from pytest_torch.memory.culprits import find_holder
-
     ignore = (chosen, chosen.tensors, chosen.viewed, chosen.nodes)
     evidence = {}
     for culprit in found:
@@ -169,8 +169,6 @@ def _node_holders(
     """The growing node types with what holds them; beside accumulating tensors, only
     those something with a name holds (the census itself gives the nodes of live graphs
     a Python object: unnamed ones tell no more than the tensors do)."""
-    from pytest_torch.memory.culprits import find_holder
-
     nodes: list[tuple[NodeCulprit, str | None]] = []
     for node in grown:
         example = chosen.nodes.get(node.name)
@@ -236,9 +234,6 @@ def examine(
     generators are left as one run leaves them. Exceptions from ``run`` propagate.
     ``root`` shortens the file names in the report.
     """
-    from pytest_torch.core import seeding
-    from pytest_torch.memory.culprits import creation_sites
-
     start = seeding.capture()
 
     def again() -> object:

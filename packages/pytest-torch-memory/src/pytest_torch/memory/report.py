@@ -17,6 +17,7 @@ from pytest_torch.core.peaks import format_bytes
 from pytest_torch.core.properties import decode, encode, number
 from pytest_torch.core.tables import format_table
 from pytest_torch.core.units import MIB
+from pytest_torch.memory.options import MEMORY_TOP
 
 if TYPE_CHECKING:
     from pytest_torch.core.peaks import PeakMemory
@@ -90,6 +91,6 @@ def render_table(records: list[PeakRecord], top: int) -> list[str]:
     if hidden:
         lines.append(
             f"({hidden} more measured test(s) not shown: the table keeps the {top} highest"
-            f" per device; see --torch-memory-top)"
+            f" per device; see {MEMORY_TOP})"
         )
     return lines

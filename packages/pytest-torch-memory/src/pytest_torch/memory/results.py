@@ -9,10 +9,11 @@ figures travel in ``user_properties`` (see :mod:`pytest_torch.memory.report`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pytest_torch.memory.report import PeakRecord
+import pytest
+
+from pytest_torch.core.properties import values_of
+from pytest_torch.memory.report import PeakRecord
 
 #: the user property a failed leak check leaves its report in
 LEAK_PROPERTY = "torch_memory_leak_report"
@@ -20,7 +21,7 @@ KNOWN_LEAKS_TITLE = "torch memory: known leaks (tests marked xfail)"
 
 
 class MemoryResults:
-    """The peaks and known leaks of a session."""
+    """The peaks and known leaks of a session, kept in ``config.stash[results_key]``."""
 
     def __init__(self) -> None:
         self.records: list[PeakRecord] = []
@@ -32,9 +33,6 @@ class MemoryResults:
     ) -> None:
         """Take the figures of one test's call report. The leak of a test that failed
         unexpectedly is not kept: pytest shows that failure's report already."""
-        from pytest_torch.core.properties import values_of
-        from pytest_torch.memory.report import PeakRecord
-
         properties = list(properties)
         self.records += PeakRecord.from_properties(nodeid, properties)
         if expected_failure:
@@ -49,3 +47,6 @@ class MemoryResults:
             lines.append(f"{test}:")
             lines += [f"  {line}" for line in message.splitlines()]
         return lines
+
+
+results_key = pytest.StashKey[MemoryResults]()

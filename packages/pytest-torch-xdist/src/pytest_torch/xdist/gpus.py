@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from pytest_torch.core import devices
 from pytest_torch.core.units import GIB
+from pytest_torch.xdist.options import GPU_MEMORY_FRACTION, XDIST_GPUS
 
 #: accelerator types a worker can be given, in order of preference
 GPU_TYPES = ("cuda", "xpu")
@@ -82,23 +83,6 @@ def parse_gpus(value: object, source: str) -> GpuPlan:
     return GpuPlan(kind, indices)
 
 
-def parse_fraction(value: object, source: str) -> float | str:
-    """``"auto"`` or a number in (0, 1]."""
-    text = str(value).strip().lower()
-    if text == "auto":
-        return "auto"
-    try:
-        fraction = float(text)
-    except ValueError:
-        fraction = -1.0
-    if not 0 < fraction <= 1:
-        raise GpuSettingError(
-            f"{source}: expected auto or a fraction of GPU memory in (0, 1], got {value!r}."
-            f" Example: --torch-gpu-memory-fraction=0.45"
-        )
-    return fraction
-
-
 def _gib(size: float) -> str:
     return f"{size / GIB:.1f} GiB"
 
@@ -117,13 +101,13 @@ def auto_fraction(total_bytes: int | None, sharing: int, where: str = "the GPU")
         left = f"{_gib(share)} each" if share > 0 else "nothing"
         explicit = max(0.01, math.floor(100 / sharing) / 100)
         raise GpuSettingError(
-            f"--torch-gpu-memory-fraction=auto: {where} has {_gib(total_bytes)} and"
+            f"{GPU_MEMORY_FRACTION}=auto: {where} has {_gib(total_bytes)} and"
             f" {sharing} worker process(es) share it; after reserving {_gib(GPU_RESERVE_BYTES)}"
             f" for the GPU and {_gib(PROCESS_RESERVE_BYTES)} per process for its context and"
             f" library workspaces ({_gib(reserve)} in all) that leaves {left}, and auto needs"
             f" at least {_gib(MIN_SHARE_BYTES)} per worker. Run fewer workers (-n), spread"
-            f" them over more GPUs (--torch-xdist-gpus), or set the fraction yourself"
-            f" (--torch-gpu-memory-fraction={explicit}, no reserve)."
+            f" them over more GPUs ({XDIST_GPUS}), or set the fraction yourself"
+            f" ({GPU_MEMORY_FRACTION}={explicit}, no reserve)."
         )
     return share / total_bytes
 
@@ -142,7 +126,7 @@ def visible_value(kind: str, index: int, outer: str | None) -> str:
     if not 0 <= index < len(entries) or not entries[index]:
         variable = VISIBILITY_VARIABLES[kind]
         raise GpuSettingError(
-            f"--torch-xdist-gpus: {kind}:{index} has no entry in {variable}={outer!r}"
+            f"{XDIST_GPUS}: {kind}:{index} has no entry in {variable}={outer!r}"
             f" ({len(entries)} entries, counted from 0); list the GPUs to use there or"
             f" choose indices below {len(entries)}."
         )

@@ -9,8 +9,9 @@ each worker: its memory fraction, ``torch_device`` mapping through core's
 test holds (``torch_gpu_exclusive`` tests exclusively). Without ``-n`` the plugin applies
 an explicit ``--torch-num-threads=N``, ``--torch-gpu-memory-fraction`` and the
 ``torch_threads`` marker. The decisions live in :mod:`.workers`, :mod:`.gpus`,
-:mod:`.threads` and :mod:`.locks`, what was decided in :mod:`.settings` and the markers
-in :mod:`.markers`; this module only connects them to pytest.
+:mod:`.threads` and :mod:`.locks`, the options are declared and read in :mod:`.options`,
+their values live in :mod:`.settings`, what was decided and changed in :mod:`.state`, and
+the markers in :mod:`.markers`; this module only connects them to pytest.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ from typing import Any
 import pytest
 
 from pytest_torch.core.cpus import available_cores
+from pytest_torch.core.loading import require_core
 from pytest_torch.core.ondemand import register_once
-from pytest_torch.core.options import add_option_with_ini, option_or_ini, option_source
+from pytest_torch.core.testkinds import is_unittest
 from pytest_torch.xdist import threads, workers
 from pytest_torch.xdist.gpus import GpuSettingError
 from pytest_torch.xdist.markers import EXCLUSIVE, THREADS
-from pytest_torch.xdist.settings import XdistSettings, settings_key
+from pytest_torch.xdist.options import add_options, read_settings, worker_number
+from pytest_torch.xdist.settings import settings_key
+from pytest_torch.xdist.state import XdistSession, session_key
 from pytest_torch.xdist.workers import ASSIGNMENT_KEY, LOCK_DIR_KEY
 
 pytest_plugins = ["torch_core"]
@@ -39,98 +43,36 @@ threads_before_key = pytest.StashKey[int]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from pytest_torch.core.loading import require_core
-
     require_core(pluginmanager, "torch_xdist")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("torch-xdist", "torch-xdist: GPUs and CPU cores shared by workers")
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-xdist-gpus",
-        ini="torch_xdist_gpus",
-        default=None,
-        metavar="LIST",
-        help="Spread xdist workers round-robin over these GPUs (CUDA or XPU): 0,1 or"
-        " auto (all visible).",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-gpu-memory-fraction",
-        ini="torch_gpu_memory_fraction",
-        default=None,
-        metavar="FRACTION",
-        help="Cap each worker's share of its GPU's memory: auto (split between the"
-        " workers sharing it) or a number in (0, 1].",
-    )
-    add_option_with_ini(
-        parser,
-        group,
-        "--torch-num-threads",
-        ini="torch_num_threads",
-        default="auto",
-        metavar="N",
-        help="torch threads per process: auto (each xdist worker gets its share of the"
-        " cores), a number, or none (torch's default). OMP_NUM_THREADS/MKL_NUM_THREADS"
-        " set by you are left alone.",
-    )
-
-
-def _worker_count(config: pytest.Config) -> int:
-    """How many workers this session runs (0: no xdist)."""
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:
-        return int(workerinput.get("workercount", 1))
-    if not config.pluginmanager.hasplugin("xdist"):
-        return 0
-    return workers.count_workers(
-        config.getoption("numprocesses", default=None), config.getoption("tx", default=None) or []
-    )
+    add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     EXCLUSIVE.register(config)
     THREADS.register(config)
-    fraction_source = option_source(
-        config, "torch_gpu_memory_fraction", "--torch-gpu-memory-fraction"
-    )
-    try:
-        setting = threads.parse_setting(
-            option_or_ini(config, "torch_num_threads"),
-            option_source(config, "torch_num_threads", "--torch-num-threads"),
-        )
-    except threads.ThreadSettingError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    settings = config.stash[settings_key] = read_settings(config)
+    # kept before anything is changed: undone at exit
+    session = config.stash[session_key] = XdistSession(settings)
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
-    worker = None if workerinput is None else workers.worker_number(workerinput["workerid"])
-    settings = XdistSettings(setting, _worker_count(config), worker)
-    config.stash[settings_key] = settings  # before anything is changed: undone at exit
     try:
         if workerinput is None:
             workers.configure_main(
-                settings,
-                gpu_list=option_or_ini(config, "torch_xdist_gpus"),
-                fraction=option_or_ini(config, "torch_gpu_memory_fraction"),
-                gpus_source=option_source(config, "torch_xdist_gpus", "--torch-xdist-gpus"),
-                fraction_source=fraction_source,
-                tx_specs=config.getoption("tx", default=None) or [],
+                session,
                 cores=available_cores(),
                 warn=lambda text: config.issue_config_time_warning(
                     pytest.PytestConfigWarning(text), stacklevel=2
                 ),
             )
         else:  # the controller checked the options and decided this worker's GPU
-            workers.configure_worker(
-                settings, workerinput, fraction_source=fraction_source, cores=available_cores()
-            )
+            workers.configure_worker(session, workerinput, cores=available_cores())
     except GpuSettingError as exc:
         raise pytest.UsageError(str(exc)) from None
     if settings.worker is None and settings.workers:
-        config.pluginmanager.register(_Controller(settings), "torch_xdist_controller")
-    if settings.applied is not None or settings.lock is not None:
+        config.pluginmanager.register(_Controller(session), "torch_xdist_controller")
+    if session.applied is not None or session.lock is not None:
         register_once(config, RUNNER, _Runner)
 
 
@@ -138,9 +80,9 @@ class _Controller:
     """Registered on the xdist controller only: narrows each worker's visible GPUs and
     hands it its assignment and the lock folder."""
 
-    def __init__(self, settings: XdistSettings) -> None:
-        self.settings = settings
-        self.specs = workers.SpecAssignments(settings.assignments)
+    def __init__(self, session: XdistSession) -> None:
+        self.session = session
+        self.specs = workers.SpecAssignments(session.assignments)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_setupnodes(self, config: pytest.Config, specs: list[Any]) -> None:
@@ -152,33 +94,33 @@ class _Controller:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
-        if self.settings.lock_dir is not None:
-            node.workerinput[LOCK_DIR_KEY] = str(self.settings.lock_dir)
+        if self.session.lock_dir is not None:
+            node.workerinput[LOCK_DIR_KEY] = str(self.session.lock_dir)
         assignment = self.specs.for_spec(
-            node.gateway.spec, workers.worker_number(node.workerinput.get("workerid"))
+            node.gateway.spec, worker_number(node.workerinput.get("workerid"))
         )
         if assignment is not None:
             node.workerinput[ASSIGNMENT_KEY] = assignment._asdict()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    settings = config.stash.get(settings_key, None)
-    if settings is not None:
-        workers.undo(settings)
+    session = config.stash.get(session_key, None)
+    if session is not None:
+        workers.undo(session)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    settings = config.stash[settings_key]
-    if settings.worker is not None:
+    session = config.stash[session_key]
+    if session.settings.worker is not None:
         return None
-    return workers.header_lines(settings, available_cores())
+    return workers.header_lines(session, available_cores())
 
 
 def pytest_torch_resolve_device(config: pytest.Config, device_type: str) -> str | None:
-    settings = config.stash.get(settings_key, None)
-    if settings is None or settings.device is None:
+    session = config.stash.get(session_key, None)
+    if session is None or session.device is None:
         return None
-    return settings.device if settings.device.split(":")[0] == device_type else None
+    return session.device if session.device.split(":")[0] == device_type else None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -203,8 +145,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # seen here (and its arguments checked when the test runs)
     if config.pluginmanager.has_plugin(RUNNER):
         return
-    from pytest_torch.core.testkinds import is_unittest
-
     if any(is_unittest(item) and THREADS.mark_on(item) for item in items):
         register_once(config, RUNNER, _Runner)
 
@@ -215,9 +155,9 @@ class _Runner:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        settings = item.config.stash[settings_key]
-        if settings.applied is not None and settings.applied.pending is not None:
-            threads.sync_torch(settings.applied)
+        session = item.config.stash[session_key]
+        if session.applied is not None and session.applied.pending is not None:
+            threads.sync_torch(session.applied)
         marker = THREADS.mark_on(item)
         if marker is not None:
             try:  # checked at collection, except for unittest methods
@@ -238,7 +178,7 @@ class _Runner:
         # every test, not only those whose torch_device is the GPU: a test that makes
         # tensors on "cuda" itself, or calls code that does, is invisible from here, and
         # must still never run beside an exclusive test
-        lock = item.config.stash[settings_key].lock
+        lock = item.config.stash[session_key].lock
         if lock is None:
             return (yield)
         exclusive = EXCLUSIVE.mark_on(item) is not None

@@ -1,45 +1,36 @@
-"""What this process (controller, worker or plain run) decided at start-up, kept in
-``config.stash[settings_key]``: every change :mod:`.workers` makes is recorded here so
-that it can be undone. Nothing here imports torch.
+"""The xdist options of a session and this process's place in the run, read once at
+start-up (``options.read_settings``) and never changed, kept in
+``config.stash[settings_key]``; what :mod:`.workers` decides and changes from them is in
+``state``. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import pytest
 
-if TYPE_CHECKING:
-    from pathlib import Path
 
-    from pytest_torch.xdist import threads
-    from pytest_torch.xdist.gpus import Assignment, GpuPlan
-    from pytest_torch.xdist.locks import GpuLock
-
-
+@dataclass(frozen=True)
 class XdistSettings:
-    """What this process (controller, worker or plain run) decided at start-up."""
+    """The xdist options of a session, and this process's place in the run."""
 
-    # a plain class, not a dataclass: building one costs start-up time on every run
-    def __init__(self, threads_setting: str | int, workers: int, worker: int | None) -> None:
-        self.threads_setting = threads_setting
-        self.workers = workers  # 0 without xdist
-        self.worker = worker  # this worker's number, None outside workers
-        self.gpus: GpuPlan | None = None
-        self.narrow = False  # --torch-xdist-gpus given: each worker sees only its GPU
-        self.fraction: float | str | None = None
-        self.assignments: list[Assignment] = []  # controller: one per worker
-        self.assignment: Assignment | None = None  # worker: its own
-        self.device: str | None = None  # what the worker's GPU is called in the worker
-        self.fraction_device: str | None = None
-        #: the fraction in force before ours (torch's default 1.0 unless someone set one)
-        self.fraction_before = 1.0
-        self.applied: threads.Applied | None = None
-        self.plan: threads.Plan | None = None
-        self.lock: GpuLock | None = None
-        self.lock_dir: Path | None = None
-        self.owns_lock_dir = False
-        self.warning: str | None = None  # more threads than cores
+    #: --torch-num-threads: "auto", "none" or a count
+    threads: str | int
+    #: how many workers the run has (0 without xdist)
+    workers: int
+    #: this worker's number, None outside workers
+    worker: int | None
+    #: --torch-xdist-gpus as given (None: not given), checked against the machine later
+    gpus: object = None
+    #: --torch-gpu-memory-fraction: "auto", a fraction, or None
+    fraction: float | str | None = None
+    #: pytest-xdist's --tx specs
+    tx_specs: tuple[str, ...] = ()
+    #: where the GPU options came from (the flag, or the ini name and file), for error
+    #: messages; set by ``options.read_settings``
+    gpus_source: str = ""
+    fraction_source: str = ""
 
 
 settings_key = pytest.StashKey[XdistSettings]()

@@ -17,31 +17,11 @@ from typing import Any, NamedTuple
 
 from pytest_torch.core.cpus import overrun
 from pytest_torch.xdist.markers import THREADS
+from pytest_torch.xdist.options import NUM_THREADS
 
 #: variables that size the thread pools of OpenMP and MKL (and so torch's default)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 THREADS_MARKER = THREADS.name
-
-
-class ThreadSettingError(ValueError):
-    """A --torch-num-threads value that is not auto, none or a positive count."""
-
-
-def parse_setting(value: object, source: str) -> str | int:
-    """``"auto"``, ``"none"`` or a positive count."""
-    text = str(value).strip().lower()
-    if text in ("auto", "none"):
-        return text
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise ThreadSettingError(
-            f"{source}: expected auto, none or a positive number of threads, got {value!r}."
-            f" Example: --torch-num-threads=auto"
-        )
-    return count
 
 
 class Plan(NamedTuple):
@@ -70,7 +50,7 @@ def plan(setting: str | int, workers: int, cores: int, environ: Mapping[str, str
         values = ", ".join(f"{name}={environ[name]}" for name in chosen)
         return Plan(None, cores, f"threads left to {values}")
     if setting == "none":
-        return Plan(None, cores, "torch's default threads (--torch-num-threads=none)")
+        return Plan(None, cores, f"torch's default threads ({NUM_THREADS}=none)")
     if isinstance(setting, int):
         return Plan(setting, cores)
     if workers <= 1:
@@ -86,8 +66,8 @@ def oversubscription(setting: str | int, workers: int, cores: int) -> str | None
     if how is None:
         return None
     return (
-        f"--torch-num-threads={setting}: {how}; oversubscribed threads wait for each other"
-        f" and can slow tests down by far more than they gain. Use --torch-num-threads=auto"
+        f"{NUM_THREADS}={setting}: {how}; oversubscribed threads wait for each other"
+        f" and can slow tests down by far more than they gain. Use {NUM_THREADS}=auto"
         f" to share the cores."
     )
 
