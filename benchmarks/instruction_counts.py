@@ -41,9 +41,9 @@ from pathlib import Path
 
 from _harness import figure
 
-from pytest_torch.perf.baselines import InstructionBaseline
-from pytest_torch.perf.instruction_checks import allowed_slack, compare
-from pytest_torch.perf.measure.instructions import Counted
+from pytest_torch.perf.engines.instructions.counting import Counted
+from pytest_torch.perf.engines.instructions.entry import InstructionBaseline
+from pytest_torch.perf.engines.instructions.judging import allowed_slack, compare
 from pytest_torch.perf.rule import DEFAULT_INSTRUCTION_SLACK, DEFAULT_INSTRUCTION_TOLERANCE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,7 +175,7 @@ def suite_cost() -> None:
     took = time.perf_counter() - started
     print(f"start-up (Valgrind, Python, torch, collection; -n 2): {took:.0f} s")
     # the first run compiles the compile-mode cases from an empty cache, as a CI job would
-    from pytest_torch.perf.measure.valgrind import inductor_cache
+    from pytest_torch.perf.engines.instructions.valgrind import inductor_cache
 
     shutil.rmtree(inductor_cache(), ignore_errors=True)
     for what, extra in (

@@ -17,7 +17,7 @@ from _harness import figure
 from torch.utils import benchmark
 
 from pytest_torch.perf import measure_latency
-from pytest_torch.perf.measure.timing import fmt_ms
+from pytest_torch.perf.engines.wall.timing import fmt_ms
 
 
 def models():

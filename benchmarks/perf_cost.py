@@ -16,10 +16,10 @@ from _harness import figure
 
 from pytest_torch.core.devices import Stopwatch
 from pytest_torch.perf import measure_latency
-from pytest_torch.perf.measure.calls import torch_threads
-from pytest_torch.perf.measure.contention import Monitor
-from pytest_torch.perf.measure.machine_probes import wait_probe
-from pytest_torch.perf.measure.timing import measure
+from pytest_torch.perf.calls import torch_threads
+from pytest_torch.perf.engines.wall.contention import Monitor
+from pytest_torch.perf.engines.wall.machine_probes import wait_probe
+from pytest_torch.perf.engines.wall.timing import measure
 
 
 def main() -> int:

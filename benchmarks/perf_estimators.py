@@ -38,7 +38,7 @@ WORKER = """
 import json, sys
 import torch
 from pytest_torch.perf import measure_latency
-from pytest_torch.perf.measure.timing import LatencyResult, SamplingSettings
+from pytest_torch.perf.engines.wall.timing import LatencyResult, SamplingSettings
 
 units = float(sys.argv[1])
 sizes = json.loads(sys.argv[2])
@@ -133,7 +133,7 @@ def main() -> int:
                        f"{judged:.2f}x / {smallest:.2f}x", "< 1.3x / > 1.3x",
                        judged < 1.3 < smallest)  # fmt: skip
     best = max(STATISTICS, key=lambda stat: margins[f"{stat} kept"])
-    from pytest_torch.perf.checks import REGRESSION_STAT
+    from pytest_torch.perf.engines.wall.recording import REGRESSION_STAT
 
     figure("statistic of the kept samples with the largest margin (what regressions compare)",
            best, REGRESSION_STAT, best == REGRESSION_STAT)  # fmt: skip

@@ -101,7 +101,8 @@ def improved(verdict: Verdict, tolerance: float) -> bool:
 
 def latency_limit_text(verdict: Verdict, tolerance: float, slack_ms: float) -> str:
     """``limit 1.4 ms = baseline x (1 + tolerance 0.3) + slack 0.1 ms``."""
-    from pytest_torch.perf.measure.timing import fmt_ms
+    # not at the top: test modules import the rule with @benchmark_suite, cheaply
+    from pytest_torch.perf.engines.wall.timing import fmt_ms
 
     return (
         f"limit {fmt_ms(verdict.limit)} = baseline x (1 + tolerance {tolerance:g})"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pytest_torch.core.properties import decode, encode, number
+from pytest_torch.core.tables import format_table
 from pytest_torch.perf.compilation.graph_breaks import GraphBreak
 from pytest_torch.perf.compilation.recompiles import guard_key, recompile_fix
 from pytest_torch.perf.compilation.watch import CompileReport, CompileWatch, Recompile
@@ -349,8 +350,6 @@ _NUMBERS = ("compiles", "recompiles", "graph_breaks", "compile_s")
 
 def render_table(records: list[CompileRecord]) -> list[str]:
     """One aligned row per test with a compile budget."""
-    from pytest_torch.core.tables import format_table
-
     rows = [("test", "compiles", "recompiles", "graph breaks", "compile time", "verdict")]
     for record in sorted(records, key=lambda r: r.test):  # xdist: in finishing order
         rows.append(

@@ -9,7 +9,6 @@ torch keeps stable in its registry (``torch/_dynamo/graph_break_registry.json``)
 
 from __future__ import annotations
 
-import linecache
 import re
 import traceback
 from collections.abc import Iterable, Sequence
@@ -17,29 +16,32 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from pytest_torch.perf.syncs.sites import (
-    UNKNOWN,
+from pytest_torch.core.sites import (
+    Site,
     is_internal,
     is_library,
     library_path,
     shown_path,
     site_of,
+    site_of_stack,
 )
 
 
 @dataclass(frozen=True)
-class Place:
-    """A line of the user's code, and the installed library's line below it (if any)."""
+class Place(Site):
+    """A line of the user's code (core's :class:`~pytest_torch.core.sites.Site`), shown
+    the way the compile report shows lines."""
 
-    filename: str
-    lineno: int
-    source: str
-    via: str = ""
-
-    def describe(self) -> str:
+    def describe(self, root: str | None = None) -> str:
         where = f"{shown_path(self.filename)}:{self.lineno}"
         text = f"{where}  {self.source}" if self.source else where
         return f"{text}  (in {self.via})" if self.via else text
+
+    @classmethod
+    def of(cls, site: Site | None) -> Place | None:
+        if site is None:
+            return None
+        return cls(site.filename, site.lineno, site.source, site.via, site.function)
 
 
 @dataclass
@@ -83,25 +85,11 @@ class GraphBreak:
         return lines
 
 
-def _frame_place(filename: str, lineno: int, inner: tuple[str, int] | None) -> Place:
-    source = linecache.getline(filename, lineno).strip()
-    via = f"{library_path(inner[0])}:{inner[1]}" if inner is not None else ""
-    return Place(filename, lineno, source, via)
-
-
 def place_of_stack(stack: Sequence[Any]) -> Place | None:
     """The user's line in a stack of ``FrameSummary`` (outermost first): the innermost
     frame of the user's own code; when the break happened inside an installed library,
     the library's line goes with it."""
-    frames = [(f.filename, f.lineno) for f in stack if f.lineno is not None]
-    outside = [(name, line) for name, line in frames if not is_internal(name)]
-    if not outside:
-        return None
-    inner = outside[-1]
-    own = [(name, line) for name, line in outside if not is_library(name)]
-    if not own or own[-1] == inner:
-        return _frame_place(inner[0], inner[1], None)
-    return _frame_place(own[-1][0], own[-1][1], inner)
+    return Place.of(site_of_stack(stack))
 
 
 def torch_line(stack: Sequence[Any]) -> str:
@@ -115,10 +103,7 @@ def torch_line(stack: Sequence[Any]) -> str:
 def place_of_frame(start: FrameType | None) -> Place | None:
     """The user's line among the live frames from ``start`` outwards (the same rule as
     a host sync's site: the user's frame, and the library line below it)."""
-    site = site_of(start)
-    if site is UNKNOWN:
-        return None
-    return Place(site.filename, site.lineno, site.source, site.via)
+    return Place.of(site_of(start))
 
 
 # -- graph breaks ------------------------------------------------------------------------

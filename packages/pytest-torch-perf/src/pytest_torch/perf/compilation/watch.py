@@ -28,6 +28,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_torch.core.sites import is_internal, shown_path
 from pytest_torch.perf.compilation.graph_breaks import (
     GraphBreak,
     Place,
@@ -382,8 +383,6 @@ def _compilation_metrics(utils: Any) -> list[Any]:
 def _function_name(code: Any) -> str:
     """``forward (models.py:30)`` for a code object (dynamo keys guard failures by the
     original code)."""
-    from pytest_torch.perf.syncs.sites import is_internal, shown_path
-
     name = getattr(code, "co_name", None)
     if name is None or is_internal(code.co_filename):
         return ""  # torch's wrapper around a compiled module: the call site names it

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
+from pytest_torch.core.devices import Stopwatch
 from pytest_torch.perf.rule import DEFAULT_LATENCY_TOLERANCE, tolerance_problem
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_torch.perf.measure.timing import LatencyResult
+    from pytest_torch.perf.engines.wall.timing import LatencyResult
 
 CASE_FIXTURE = "torch_benchmark_case"
 PROPERTY = "torch_benchmark"
@@ -173,9 +174,11 @@ class CaseResult:
     peak_memory: dict[str, int] = field(default_factory=dict)
     baseline_ms: float | None = None
     change_pct: float | None = None
-    #: instructions per call and the baseline's (--torch-perf-measure=instructions)
-    instructions: int | None = None
-    baseline_instructions: int | None = None
+    #: a counting engine's figure per call and the baseline's, in ``unit``
+    #: (--torch-perf-measure=instructions or flops; the wall clock's are the *_ms above)
+    count: int | None = None
+    baseline_count: int | None = None
+    unit: str = "ms"
     #: the statistic compared with the baseline (min; an older baseline's own)
     stat: str = ""
     verdict: str = ""
@@ -276,8 +279,6 @@ def first_call(
     is the reference: if it fails the model is broken, and the error propagates.
     """
     import torch
-
-    from pytest_torch.core.devices import Stopwatch
 
     watch = Stopwatch(device)
     try:

@@ -8,9 +8,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from pytest_torch.core.files import write_atomically
 from pytest_torch.core.tables import format_table
-from pytest_torch.perf.baselines import write_atomically
-from pytest_torch.perf.measure.timing import fmt_ms
+from pytest_torch.perf.engines import by_unit
+from pytest_torch.perf.engines.wall.timing import fmt_ms
+from pytest_torch.perf.options import BENCHMARK, UPDATE
 from pytest_torch.perf.suites.cases import CaseResult
 
 JSON_FORMAT = 1
@@ -43,13 +45,14 @@ def _cells(result: CaseResult | None) -> tuple[str, str]:
     change and verdict; "-" for no case, "skipped" for one that did not run."""
     if result is None:
         return "-", "-"
-    if result.status != "ok" or (result.median_ms is None and result.instructions is None):
+    if result.status != "ok" or (result.median_ms is None and result.count is None):
         return "skipped", "skipped"
-    if result.median_ms is None:
-        figure = f"{result.instructions:,} instr"
+    engine = by_unit(result.unit)
+    if result.count is not None:
+        figure = engine.fmt(result.count)
     else:
-        figure = f"{fmt_ms(result.median_ms)}  {fmt_rate(result.throughput)}"
-    digits = 1 if result.instructions is None else 2  # counts move by tenths of a %
+        figure = f"{fmt_ms(result.median_ms or 0.0)}  {fmt_rate(result.throughput)}"
+    digits = engine.change_digits
     change = "" if result.change_pct is None else f"{result.change_pct:+.{digits}f} % "
     verdict = "improved" if result.verdict.startswith("improved") else result.verdict
     return figure, f"{change}{verdict}".strip() or "-"
@@ -93,26 +96,18 @@ def render(results: list[CaseResult], machine: str) -> list[str]:
                     row.append("-")
             rows.append(row)
             verdicts.append(verdict_row)
-        counted = any(r.instructions is not None for r in cases)
-        if counted:
-            lines += ["  instructions per call (counted under Valgrind, smallest of the calls)"]
-        else:
-            lines += ["  median latency per call and throughput (samples/s = batch / median)"]
+        engine = by_unit(cases[0].unit)
+        lines.append(f"  {engine.caption}")
         lines += format_table(rows, left=(0,), rule=True, indent="  ")
         judged = [r for r in cases if r.status == "ok" and r.verdict != "no baseline"]
         if judged:
             stats = ", ".join(sorted({r.stat for r in judged if r.stat})) or "-"
             lines += [f"  change vs baseline (statistic: {stats}) and verdict"]
             lines += format_table(verdicts, left=(0,), rule=True, indent="  ")
-        elif counted:
-            lines.append(
-                "  no instruction counts under this run's key yet: record them with"
-                " pytest --torch-benchmark --torch-update-perf --torch-perf-measure=instructions"
-            )
         elif any(r.status == "ok" for r in cases):
             lines.append(
-                "  no baselines for this machine yet: record them with"
-                " pytest --torch-benchmark --torch-update-perf"
+                f"  no {engine.missing} yet: record them with"
+                f" pytest {BENCHMARK} {UPDATE}{engine.option}"
             )
         compile_runs = [
             r for r in cases if r.mode == "compile" and r.status == "ok" and r.first_call_ms

@@ -2,32 +2,30 @@
 case (build, first call, measurement, baseline) in place of the suite function's body.
 
 ``cases`` holds the cases and the steps of running one; ``report`` the tables, JSON
-and plots; this module puts them together for ``plugin``.
+and plots; the session's engine (``engines``) records or compares each case's call, as
+it does a ``perf_baseline`` call; ``checks.benchmark`` runs this for ``plugin``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import cast
 
 import pytest
 
-if TYPE_CHECKING:
-    import torch
+from pytest_torch.core.chosen_device import resolve_device
+from pytest_torch.core.selection import device_types_for
+from pytest_torch.perf.calls import torch_threads
+from pytest_torch.perf.engines.base import CallCheck, default_tolerances
+from pytest_torch.perf.outcome import PerfNotJudgedError, apply_outcome
+from pytest_torch.perf.state import PerfSession
+from pytest_torch.perf.suites import cases
+from pytest_torch.perf.suites.cases import CASE_FIXTURE, Case, parse_spec
 
-    from pytest_torch.perf.measure.timing import LatencyResult
-    from pytest_torch.perf.settings import PerfSettings
-    from pytest_torch.perf.suites.cases import Case, CaseResult
 
-
-def parametrize_suite(metafunc: pytest.Metafunc) -> None:
+def parametrize_suite(metafunc: pytest.Metafunc, marker: pytest.Mark | None) -> None:
     """One test per case of a ``@benchmark_suite``; a collection error naming the test
     for a malformed declaration."""
-    from pytest_torch.core.selection import device_types_for
-    from pytest_torch.perf.markers import BENCHMARK
-    from pytest_torch.perf.suites.cases import CASE_FIXTURE, cases, parse_spec
-
     node_id = metafunc.definition.nodeid
-    marker = BENCHMARK.mark_on(metafunc)
     assert marker is not None
     if CASE_FIXTURE not in metafunc.fixturenames:
         raise pytest.Collector.CollectError(
@@ -44,7 +42,7 @@ def parametrize_suite(metafunc: pytest.Metafunc) -> None:
     except ValueError as exc:
         raise pytest.Collector.CollectError(str(exc)) from None
     try:
-        chosen = cases(spec, device_types_for(metafunc.config, metafunc))
+        chosen = cases.cases(spec, device_types_for(metafunc.config, metafunc))
     except ValueError as exc:  # a malformed torch_devices marker
         raise pytest.Collector.CollectError(str(exc)) from None
     metafunc.parametrize(
@@ -55,17 +53,11 @@ def parametrize_suite(metafunc: pytest.Metafunc) -> None:
     )
 
 
-def run_case(item: pytest.Function, settings: PerfSettings) -> None:
+def run_case(item: pytest.Function, session: PerfSession) -> None:
     """Run one benchmark case: its figures go to ``user_properties`` whatever happens;
     a dtype or compile the device cannot run is a skip, a regression a failure."""
     __tracebackhide__ = True
-    from pytest_torch.core.chosen_device import resolve_device
-    from pytest_torch.perf.check_runner import baseline_check, measure_call
-    from pytest_torch.perf.measure.calls import torch_threads
-    from pytest_torch.perf.rule import DEFAULT_MEMORY_TOLERANCE
-    from pytest_torch.perf.suites import cases
-
-    case = cast("Case", item.funcargs[cases.CASE_FIXTURE])
+    case = cast("Case", item.funcargs[CASE_FIXTURE])
     spec = case.spec
     assert spec is not None  # cases are made by parametrize_suite
     # the case's device type resolved as torch_device resolves it, once per session; the
@@ -87,77 +79,37 @@ def run_case(item: pytest.Function, settings: PerfSettings) -> None:
     built = item.obj(**{arg: item.funcargs[arg] for arg in item._fixtureinfo.argnames})
     try:
         model, args, kwargs = cases.prepare(built, case, device, spec)
-        with torch_threads(settings.threads):
+        with torch_threads(session.settings.threads):
             result.first_call_ms = cases.first_call(model, args, kwargs, case, device)
     except cases.CaseSkipped as skipped:
         result.status, result.reason = "skipped", str(skipped)
         item.user_properties.append((cases.PROPERTY, result.to_json()))
         pytest.skip(str(skipped))
 
-    if settings.measure == "instructions":
-        _count_case(item, settings, result, (model, args, kwargs), device)
-        return
-    taken: list[tuple[LatencyResult, dict[str, int]]] = []
-
-    def measure() -> tuple[LatencyResult, dict[str, int]]:
-        taken.append(measure_call(settings, model, args, kwargs, device))
-        return taken[-1]
-
-    outcome = baseline_check(
-        settings,
-        item.nodeid,
-        item.nodeid,
-        measure,
-        spec.latency_tolerance,
-        DEFAULT_MEMORY_TOLERANCE,
+    engine = session.engine
+    call = CallCheck(
+        item=item,
+        label=item.nodeid,
+        name="",
+        target=model,
+        inputs=args,
+        kwargs=kwargs,
+        device=device,
+        tolerances=default_tolerances(
+            engine, {"latency_tolerance": spec.latency_tolerance}, dict(session.settings.tolerances)
+        ),
+        fresh=False,
     )
-    if not taken:  # no comparable baseline: the figures are still the point
-        measure()
-    # the figures of the measurement that decided (the one recorded, or the last judged)
-    latency, memory = next(((r, m) for r, m in taken if r is outcome.measured), taken[-1])
-    result.add_measurement(latency)
-    result.peak_memory = memory
-    result.baseline_ms = outcome.record.reference_ms
-    result.change_pct = outcome.record.change_pct
-    result.stat = outcome.record.stat
-    result.verdict = outcome.record.verdict
-    item.user_properties.append((cases.PROPERTY, result.to_json()))
-    if outcome.status == "fail":
-        raise outcome.error()
-    if outcome.status == "skip" and outcome.record.verdict != "no baseline":
-        pytest.skip(outcome.message)  # not comparable or not judged: say so
-
-
-def _count_case(
-    item: pytest.Function,
-    settings: PerfSettings,
-    result: CaseResult,
-    call: tuple[Any, tuple[Any, ...], dict[str, Any]],
-    device: torch.device,
-) -> None:
-    """A case in a run that counts instructions: counted, recorded or compared like a
-    ``perf_baseline`` call; its row of the perf table and its figures go to the report."""
-    __tracebackhide__ = True
-    from pytest_torch.perf.check_runner import apply_outcome, count_check, publish
-    from pytest_torch.perf.suites import cases
-
-    model, args, kwargs = call
     try:
-        outcome = count_check(
-            settings, item.nodeid, item.nodeid, model, args, kwargs, device,
-            settings.instruction_tolerance,
-        )  # fmt: skip
-    except AssertionError:
-        result.status, result.verdict = "ok", "not counted"
+        outcome = engine.check_call(call, session)
+    except PerfNotJudgedError:  # the engine cannot check this call (a GPU call's instructions)
+        result.status, result.verdict = "ok", "not measured"
         item.user_properties.append((cases.PROPERTY, result.to_json()))
         raise
+    engine.fill_case(result, call, outcome, session)
     row = outcome.record
-    result.instructions = None if row.instructions is None else int(row.instructions)
-    ref = row.reference_instructions
-    result.baseline_instructions = None if ref is None else int(ref)
     result.change_pct, result.stat, result.verdict = row.change_pct, row.stat, row.verdict
     item.user_properties.append((cases.PROPERTY, result.to_json()))
-    publish(item, row)
     if outcome.status == "skip" and row.verdict == "no baseline":
-        return  # the figures are still the point, as in a wall-clock run
+        return  # the figures are still the point
     apply_outcome(outcome)

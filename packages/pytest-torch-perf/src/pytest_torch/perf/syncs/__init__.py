@@ -4,6 +4,7 @@ device. ``checks`` runs a call and answers (``find_host_syncs``,
 Python-level reads and moves the dispatcher cannot see, both into the call's
 ``recorder`` (where each tensor would live, what the call did); ``rules`` says what
 synchronises on a GPU, why, and the sync-free spelling; ``sites`` finds the user's line
-and the call on it; ``events`` tells a person what was found.
+(with core's finder, ``pytest_torch.core.sites``) and the call on it; ``events`` tells a
+person what was found.
 Imports nothing: torch is imported when a call is checked.
 """

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pytest_torch.perf.syncs import sites
+from pytest_torch.core.sites import Site
 from pytest_torch.perf.syncs.dispatch import dispatch_mode
 from pytest_torch.perf.syncs.events import SyncEvent, format_failure
 from pytest_torch.perf.syncs.recorder import (
@@ -195,7 +195,7 @@ def _find_host_syncs(
         if is_sync_warning(warning):
             record = Pending(
                 "cuda sync",
-                sites.Site(warning.filename, warning.lineno, "", None),
+                Site(warning.filename, warning.lineno),
                 "cuda",
                 confirmed=True,
             )

@@ -115,10 +115,11 @@ def _judge(
     if operation is None and name == "copy_" and len(args) > 1:
         operation = _copy(placements, args, kwargs)
     if operation is not None:
-        site = sites.site_of(frame)
-        if operation == "item" and cpu_only_reads(site.callee, site.call):
+        _, call = sites.locate(frame)
+        called = sites.callee(call)
+        if operation == "item" and cpu_only_reads(called, call):
             operation = None
-        elif operation == "nonzero" and site.callee.rsplit(".", 1)[-1] == "where":
+        elif operation == "nonzero" and called.rsplit(".", 1)[-1] == "where":
             operation = "where(cond)"
     if operation is None:
         return None

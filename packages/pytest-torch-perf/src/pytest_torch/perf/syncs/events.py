@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_torch.perf.syncs import sites
+from pytest_torch.core.sites import shown_path
 from pytest_torch.perf.syncs.rules import OPERATIONS
 
 #: advice that depends on the call that led to the sync, by (operation, callee's last name)
@@ -47,7 +47,7 @@ class SyncEvent:
         return f"{self.cause} → {self.operation}"
 
     def describe(self) -> str:
-        where = f"{sites.shown_path(self.filename)}:{self.lineno}"
+        where = f"{shown_path(self.filename)}:{self.lineno}"
         code = f"  {self.source}" if self.source else ""
         on = f" [{self.device}]" if self.device else ""
         times = f" (x{self.count})" if self.count > 1 else ""

@@ -5,6 +5,7 @@ running now, per thread."""
 
 from __future__ import annotations
 
+import ast
 import sys
 import threading
 import warnings
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
+from pytest_torch.core.sites import Site
 from pytest_torch.perf.syncs import sites
 from pytest_torch.perf.syncs.events import SyncEvent, own_name
 
@@ -23,11 +25,13 @@ class Pending:
     """A sync as the call performed it, merged into a :class:`SyncEvent` at the end."""
 
     operation: str
-    site: sites.Site
+    site: Site
     device: str
     confirmed: bool = False
     #: the call that led to it, when the user's line does not show one
     cause: str = ""
+    #: the call being executed on the user's line, when it could be read
+    call: ast.Call | None = None
 
 
 def tensors(values: Iterable[Any], found: list[Any] | None = None) -> list[Any]:
@@ -100,7 +104,8 @@ class Recorder:
             # an autograd thread (CUDA backward): the user's line is where the checked
             # call's thread waits, in loss.backward()
             frame = sys._current_frames().get(self.thread, frame)
-        record = Pending(operation, sites.site_of(frame), device)
+        site, call = sites.locate(frame)
+        record = Pending(operation, site, device, call=call)
         self.pending.append(record)
         return record
 
@@ -156,14 +161,14 @@ class Recorder:
             self.caught.remove(warning)
         if record is None:
             record = self.add("cuda sync", frame, "cuda")
-            record.cause = record.site.callee or cause
+            record.cause = sites.callee(record.call) or cause
         record.confirmed = True
 
     def events(self) -> list[SyncEvent]:
         merged: dict[tuple[str, str, int, str], SyncEvent] = {}
         for record in self.pending:
             site = record.site
-            cause = site.callee or record.cause
+            cause = sites.callee(record.call) or record.cause
             if own_name(cause, record.operation):  # `t.item` for "item": no news
                 cause = ""
             key = (record.operation, site.filename, site.lineno, cause)

@@ -1,4 +1,5 @@
-"""Where a sync happened: the user's line, the call running there, and what it asked for.
+"""Where a sync happened: the user's line (core's finder, :mod:`pytest_torch.core.sites`),
+the call running there, and what it asked for.
 
 On Python 3.11+ the exact call expression being executed in a frame comes from the
 code object's positions; before that, the whole line is used.
@@ -10,56 +11,25 @@ import ast
 import linecache
 import os
 import sys
-import sysconfig
-from dataclasses import dataclass
 from functools import lru_cache
 from types import CodeType, FrameType
+
+from pytest_torch.core.sites import Site, own_frame, site_at
 
 #: this plugin's own code: the perf package, every sub-package of it
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-@lru_cache(maxsize=1)
-def _torch_dir() -> str:
-    import torch
-
-    return os.path.dirname(os.path.abspath(torch.__file__))
+#: a sync with no line of the user's code on the stack
+UNKNOWN = Site("<unknown>", 0)
 
 
-@lru_cache(maxsize=1)
-def _stdlib_dir() -> str:
-    return os.path.abspath(sysconfig.get_paths()["stdlib"])
-
-
-@lru_cache(maxsize=1)
-def _runner_dirs() -> tuple[str, ...]:
-    """pytest's and pluggy's code: log capture formats records there, for instance."""
-    import _pytest
-    import pluggy
-
-    return tuple(
-        os.path.dirname(os.path.abspath(m.__file__ or "")) + os.sep for m in (_pytest, pluggy)
-    )
-
-
-@lru_cache(maxsize=4096)
-def is_internal(filename: str) -> bool:
-    """torch's own code, ours, the standard library's (logging...) or code without a file."""
-    if filename.startswith("<"):
-        return True
-    path = os.path.abspath(filename)
-    if path.startswith((_torch_dir() + os.sep, _PACKAGE_DIR + os.sep, *_runner_dirs())):
-        return True
-    packages = f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path
-    return path.startswith(_stdlib_dir() + os.sep) and not packages
-
-
-def user_frame(start: FrameType | None) -> FrameType | None:
-    """The innermost frame outside torch and this package."""
-    frame = start
-    while frame is not None and is_internal(frame.f_code.co_filename):
-        frame = frame.f_back
-    return frame
+def locate(frame: FrameType | None) -> tuple[Site, ast.Call | None]:
+    """The user's line above ``frame`` (and the installed library's line below it that
+    did the sync, if any), and the call being executed on it."""
+    found = own_frame(frame)
+    if found is None:
+        return UNKNOWN, None
+    return site_at(*found), call_in(found[0])
 
 
 def caller_frame(start: FrameType | None) -> FrameType | None:
@@ -139,59 +109,6 @@ def _line_calls(filename: str, lineno: int) -> tuple[ast.Call, ...]:
     return ()
 
 
-@dataclass(frozen=True)
-class Site:
-    """A place in the user's code, and the call running there."""
-
-    filename: str
-    lineno: int
-    source: str
-    call: ast.Call | None
-    #: the installed library's line below the user's that did it ("" when none)
-    via: str = ""
-
-    @property
-    def callee(self) -> str:
-        return callee(self.call)
-
-
-UNKNOWN = Site("<unknown>", 0, "", None)
-
-
-def is_library(filename: str) -> bool:
-    """An installed package's code (site-packages), not the user's own."""
-    return any(f"{os.sep}{d}{os.sep}" in filename for d in ("site-packages", "dist-packages"))
-
-
-def library_path(filename: str) -> str:
-    """``torchmetrics/utilities/data.py`` for a file in site-packages."""
-    for marker in (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}"):
-        if marker in filename:
-            return filename.split(marker, 1)[1]
-    return shown_path(filename)
-
-
-def site_of(frame: FrameType | None) -> Site:
-    """The user's line above ``frame``, the call being executed on it, and the library
-    line below it that did it, when the sync happened inside an installed package."""
-    inner = user_frame(frame)
-    if inner is None:
-        return UNKNOWN
-    outer: FrameType | None = inner
-    while outer is not None and (
-        is_library(outer.f_code.co_filename) or is_internal(outer.f_code.co_filename)
-    ):
-        outer = outer.f_back
-    via = ""
-    if outer is None:
-        outer = inner
-    elif outer is not inner:
-        via = f"{library_path(inner.f_code.co_filename)}:{inner.f_lineno}"
-    filename, lineno = outer.f_code.co_filename, outer.f_lineno
-    source = linecache.getline(filename, lineno).strip()
-    return Site(filename, lineno, source, call_in(outer), via)
-
-
 def call_in(frame: FrameType | None) -> ast.Call | None:
     """The call ``frame`` is executing (its own line's only call before Python 3.11)."""
     if frame is None:
@@ -222,12 +139,3 @@ def argument(call: ast.Call | None, position: int, keyword: str) -> ast.AST | No
     if position < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args):
         return call.args[position]
     return None
-
-
-def shown_path(filename: str) -> str:
-    """Relative to the working directory when below it, as pytest shows paths."""
-    try:
-        relative = os.path.relpath(filename)
-    except ValueError:  # another drive
-        return filename
-    return filename if relative.startswith("..") else relative

@@ -14,14 +14,20 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Mapping
 
-from pytest_torch.perf.baselines import InstructionBaseline
-from pytest_torch.perf.check_records import PerfRecord, fmt_count
-from pytest_torch.perf.checks import Outcome
-from pytest_torch.perf.measure.callgrind_output import Growth, describe_function, grew_most
-from pytest_torch.perf.measure.instructions import Counted, parse_key
+from pytest_torch.perf.engines.instructions.callgrind_output import (
+    Growth,
+    describe_function,
+    grew_most,
+)
+from pytest_torch.perf.engines.instructions.counting import Counted, fmt_count, parse_key
+from pytest_torch.perf.engines.instructions.entry import InstructionBaseline
+from pytest_torch.perf.outcome import Outcome
+from pytest_torch.perf.records import PerfRecord
 from pytest_torch.perf.rule import INTERPRETER_ALLOWANCE, Verdict, improved, judge
 
 CHECK = "instructions"
+#: the unit of the figures (``engine.InstructionEngine.unit``)
+UNIT = "instr"
 #: the functions a regression names
 NAMED_FUNCTIONS = 5
 _KEY_PARTS = {"torch": "torch", "python": "Python", "valgrind": "Valgrind", "cpu": "CPU kernels"}
@@ -49,10 +55,10 @@ def record(label: str, counted: Counted, key: str) -> tuple[Outcome, Instruction
         label=label,
         check=CHECK,
         stat=statistic(counted),
-        measured_ms=None,
+        measured=counted.instructions,
         verdict="recorded",
         spread_pct=100 * counted.spread,
-        instructions=counted.instructions,
+        unit=UNIT,
     )
     message = f"recorded {label}: {fmt_count(counted.instructions)} per call under {key}"
     return Outcome("pass", message, row), baseline
@@ -78,7 +84,7 @@ def missing(label: str, key: str, recorded: Mapping[str, InstructionBaseline], s
             f" kernels torch picks, so only a count under the same key is compared. Run"
             f" where these match, or re-record here with: {rerecord}"
         )
-    row = PerfRecord(label, CHECK, "-", None, verdict)
+    row = PerfRecord(label, CHECK, "-", None, verdict, unit=UNIT)
     return Outcome("fail" if strict else "skip", message, row, judged=False)
 
 
@@ -122,12 +128,12 @@ def compare(
         label=label,
         check=CHECK,
         stat=statistic(counted),
-        measured_ms=None,
+        measured=counted.instructions,
         verdict=text,
+        reference=baseline.instructions,
         change_pct=100 * verdict.change,
         spread_pct=100 * counted.spread,
-        instructions=counted.instructions,
-        reference_instructions=baseline.instructions,
+        unit=UNIT,
     )
     if not verdict.regressed:
         message = f"{label}: {text} ({100 * verdict.change:+.2f} % instructions)"

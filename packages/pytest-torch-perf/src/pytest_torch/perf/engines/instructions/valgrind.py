@@ -5,7 +5,7 @@ once more under Callgrind and returns its exit status: one Valgrind process for 
 session, and one per xdist worker (Valgrind follows the workers it starts), never one
 per test. Callgrind starts with instrumentation and counting off, so ``import torch``
 and the tests' own code run at Valgrind's uninstrumented speed; a check switches both on
-around the calls it counts (``measure.instructions``).
+around the calls it counts (``counting``).
 
 The session under Valgrind learns where Callgrind writes, and which Valgrind it is, from
 :data:`ENV`.
@@ -22,6 +22,9 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from pytest_torch.perf.engines.instructions.client_requests import supported
+from pytest_torch.perf.options import MEASURE
 
 #: set for the session under Valgrind: "<valgrind version>:<folder of Callgrind's files>"
 ENV = "PYTEST_TORCH_CALLGRIND"
@@ -44,8 +47,6 @@ def valgrind_executable() -> str | None:
 
 def unavailable() -> str | None:
     """Why instruction counts cannot be taken on this machine, or None."""
-    from pytest_torch.perf.measure.client_requests import supported
-
     problem = supported()
     if problem is not None:
         return f"instruction counts need Valgrind on x86-64 Linux, and {problem}"
@@ -81,7 +82,7 @@ def session_header() -> str:
     version = found[0] if found is not None else "?"
     return (
         f"torch perf: counting instructions under Valgrind {version} (Callgrind), 1 intra-op"
-        f" thread (--torch-perf-measure=instructions); latency budgets are not judged here"
+        f" thread ({MEASURE}=instructions); latency budgets are not judged here"
     )
 
 

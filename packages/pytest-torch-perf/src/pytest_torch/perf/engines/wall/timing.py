@@ -27,10 +27,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from pytest_torch.perf.measure.contention import Interference, Monitor
+from pytest_torch.perf.engines.wall.contention import (
+    MIN_UNDISTURBED_S,
+    Interference,
+    Monitor,
+    enough_undisturbed,
+)
+from pytest_torch.perf.engines.wall.layouts import LAYOUTS, at_depth, percentile
 
 STATISTICS = ("median", "mean", "min", "p90", "p99")
 
@@ -75,16 +80,6 @@ class SamplingSettings:
             raise ValueError(f"target_spread must be in (0, 1), got {self.target_spread}")
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolation percentile (as numpy's default) of sorted values, q in [0, 100]."""
-    if not sorted_values:
-        raise ValueError("no values")
-    position = (len(sorted_values) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
-
-
 @dataclass(frozen=True)
 class LatencyResult:
     """Timings of one measurement, in milliseconds per call."""
@@ -115,7 +110,7 @@ class LatencyResult:
     @property
     def busy(self) -> bool:
         """Too few undisturbed samples to judge by: the statistics are upper bounds (see
-        :class:`~pytest_torch.perf.measure.contention.Interference`)."""
+        :class:`~pytest_torch.perf.engines.wall.contention.Interference`)."""
         return self.interference is not None and self.interference.busy
 
     def generous(self, name: str) -> float:
@@ -236,30 +231,6 @@ def _timed(fn: Callable[[], object], timer: Timer, calls: int) -> float:
     return timer.stop()
 
 
-#: samples cycle through this many depths of the thread's stack (see :func:`at_depth`)
-LAYOUTS = 8
-
-T = TypeVar("T")
-
-
-def at_depth(depth: int, block: Callable[[], T]) -> T:
-    """Run ``block`` with ``depth`` more C frames under it (each level a call through
-    ``map``, a few hundred bytes of stack).
-
-    Where the thread's stack sits relative to the interpreter's data changes how fast
-    Python-heavy code runs: on the machines of benchmarks/perf_busy_machine.py about one
-    process in four ran a reference loop 1.8x and a small model's call 1.5x slower,
-    for its whole life, depending only on its address layout (the environment's size
-    moves the stack; with address randomisation off, a given size is always slow or
-    always fast). Samples taken at several depths let the fastest layout show in the
-    minimum, so a baseline and a later run do not differ by the luck of their layouts.
-    """
-    __tracebackhide__ = True
-    if depth <= 0:
-        return block()
-    return next(map(lambda _: at_depth(depth - 1, block), (None,)))
-
-
 def measure(
     fn: Callable[[], object],
     *,
@@ -317,8 +288,6 @@ def _sample(
     first: float,
     monitor: Monitor | None,
 ) -> LatencyResult:
-    from pytest_torch.perf.measure.contention import MIN_UNDISTURBED_S, enough_undisturbed
-
     warmup_calls, calls = _warm_up(fn, timer, settings, clock, first)
     timed_calls = functools.partial(_timed, fn, timer, calls)
     elapsed: list[float] = []  # seconds per block of calls

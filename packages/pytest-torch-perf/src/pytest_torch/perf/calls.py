@@ -1,4 +1,5 @@
-"""Turning ``model_or_callable, *inputs, **kwargs`` into something to time."""
+"""Turning ``model_or_callable, *inputs, **kwargs`` into a call to measure: its device,
+its thread count, the mode it runs in. Shared by every engine."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pytest_torch.core import devices
-from pytest_torch.perf.measure.timing import LatencyResult, SamplingSettings, measure
+from pytest_torch.core.pytrees import leaves
 
 if TYPE_CHECKING:
     import torch
@@ -15,8 +16,6 @@ if TYPE_CHECKING:
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
     import torch
-
-    from pytest_torch.core.pytrees import leaves
 
     for _, leaf in leaves(value):
         if isinstance(leaf, torch.Tensor):
@@ -116,68 +115,3 @@ def torch_threads(threads: int | None) -> Iterator[int]:
         yield threads
     finally:
         torch.set_num_threads(before)
-
-
-def measure_latency(
-    target: Any,
-    *inputs: Any,
-    settings: SamplingSettings | None = None,
-    device: torch.device | str | None = None,
-    threads: int | None = None,
-    **kwargs: Any,
-) -> LatencyResult:
-    """Measure ``target(*inputs, **kwargs)`` on ``device`` (None: inferred from the
-    inputs, :func:`infer_device`; the fixtures pass :func:`work_device`'s answer); see
-    :func:`timing.measure`.
-
-    ``threads`` sets torch's intra-op thread count for the measurement (restored after;
-    None keeps the count in force). Samples during which this process waited for a CPU,
-    or its core ran slow enough to slow the code, are set aside, and the result says how
-    busy the machine was and how fast the code can at most have run.
-    """
-    from pytest_torch.perf.measure.contention import Monitor
-    from pytest_torch.perf.measure.machine_probes import off_cpu_waits, wait_probe
-
-    dev = devices.as_device(device) if device is not None else infer_device(target, inputs, kwargs)
-    run = bind(target, inputs, kwargs)
-    with torch_threads(threads) as count, run_context(target):
-        monitor = Monitor(
-            wait_probe(dev.type, count),
-            device_type=dev.type,
-            off_cpu_waits=off_cpu_waits(dev.type, count),
-            workers=count > 1,
-        )
-        try:
-            return measure(
-                run,
-                timer=devices.Stopwatch(dev),
-                device=str(dev),
-                threads=count,
-                settings=settings,
-                monitor=monitor,
-            )
-        finally:
-            monitor.close()
-
-
-def peak_memory(
-    target: Any,
-    inputs: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    threads: int | None = None,
-    device: torch.device | str | None = None,
-) -> dict[str, int]:
-    """Bytes one call adds at its peak on its device (CPU included), on top of what was
-    allocated when it started, where the core layer can measure it; ``threads`` as in
-    :func:`measure_latency`, ``device`` the one to measure (None: inferred from the
-    inputs, :func:`infer_device`).
-
-    Not the absolute peak: that includes whatever earlier tests left alive, so it would
-    change with test order and with how xdist shares the tests out."""
-    from pytest_torch.core.peaks import PeakTracker
-
-    dev = devices.as_device(device) if device is not None else infer_device(target, inputs, kwargs)
-    run = bind(target, inputs, kwargs)
-    with torch_threads(threads), PeakTracker([dev]) as tracker, run_context(target):
-        run()
-    return {name: peak.added for name, peak in tracker.results.items()}

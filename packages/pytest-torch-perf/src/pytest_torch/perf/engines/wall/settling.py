@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from pytest_torch.perf.baselines import Baseline
-from pytest_torch.perf.measure.contention import MAX_CORE_FACTOR
-from pytest_torch.perf.measure.timing import LatencyResult, fmt_ms
+from pytest_torch.perf.engines.wall.contention import MAX_CORE_FACTOR
+from pytest_torch.perf.engines.wall.entry import Baseline
+from pytest_torch.perf.engines.wall.timing import LatencyResult, fmt_ms
+from pytest_torch.perf.options import BASELINES, BUSY_MAX_TIME, STRICT, THREADS, UPDATE
 
 NOT_JUDGED = "not judged: machine busy"
 NOT_JUDGED_HOST = "not judged: slower host"
@@ -134,15 +135,15 @@ def counted(busy: bool, slower_host: bool, over_even_so: bool) -> str:
 
 
 def _skipped_or_failed(strict: bool) -> str:
-    return "failed (--torch-perf-strict)" if strict else "skipped (--torch-perf-strict fails it)"
+    return f"failed ({STRICT})" if strict else f"skipped ({STRICT} fails it)"
 
 
 def busy_advice(strict: bool) -> str:
     return (
         f"This test is {_skipped_or_failed(strict)}. Run perf tests where nothing else"
         " competes for the cores: no heavy jobs beside them, and no more xdist workers x"
-        " --torch-perf-threads than cores; or let a busy measurement sample longer for"
-        " undisturbed samples (--torch-perf-busy-max-time)."
+        f" {THREADS} than cores; or let a busy measurement sample longer for"
+        f" undisturbed samples ({BUSY_MAX_TIME})."
     )
 
 
@@ -307,5 +308,5 @@ def slower_host_advice(strict: bool) -> str:
         " one's by more than the code's excess: a slower host that shares the machine key"
         " (cloud runners of one CPU model differ), or a core slowed by a neighbour all"
         " along. Re-run it; if this host is simply slower, record baselines on it"
-        " (--torch-update-perf) and keep them apart (--torch-perf-baselines)."
+        f" ({UPDATE}) and keep them apart ({BASELINES})."
     )

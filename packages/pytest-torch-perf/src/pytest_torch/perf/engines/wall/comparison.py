@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from pytest_torch.core.units import MIB
-from pytest_torch.perf.baselines import Baseline
-from pytest_torch.perf.check_records import PerfRecord
-from pytest_torch.perf.checks import Outcome, peak_mb
-from pytest_torch.perf.measure.settling import (
+from pytest_torch.perf.engines.wall.entry import Baseline
+from pytest_torch.perf.engines.wall.recording import peak_mb
+from pytest_torch.perf.engines.wall.settling import (
     BUSY,
     NOT_JUDGED,
     NOT_JUDGED_HOST,
@@ -30,7 +29,10 @@ from pytest_torch.perf.measure.settling import (
     settle,
     slower_host_advice,
 )
-from pytest_torch.perf.measure.timing import STATISTICS, LatencyResult, fmt_ms
+from pytest_torch.perf.engines.wall.timing import STATISTICS, LatencyResult, fmt_ms
+from pytest_torch.perf.options import THREADS
+from pytest_torch.perf.outcome import Outcome
+from pytest_torch.perf.records import PerfRecord
 from pytest_torch.perf.rule import (
     MEMORY_SLACK_BYTES,
     Verdict,
@@ -92,7 +94,7 @@ def compare(
     """Compare new measurements with ``baseline`` on the statistic it recorded.
 
     ``elsewhere`` measures the call in a fresh process, or says why it could not: a
-    short call's modest regression (``measure.settling.in_layout_reach``) is measured
+    short call's modest regression (``engines.wall.settling.in_layout_reach``) is measured
     there before it fails, and a fresh process within the limit decides (see
     ``fresh_process``)."""
     stat = baseline.stat
@@ -227,8 +229,8 @@ def _comparison_row(
         label=label,
         check="baseline",
         stat=baseline.stat,
-        measured_ms=result.stat(baseline.stat),
-        reference_ms=baseline.latency_ms,
+        measured=result.stat(baseline.stat),
+        reference=baseline.latency_ms,
         change_pct=100 * latency.change,
         verdict=verdict,
         spread_pct=100 * result.spread,
@@ -258,7 +260,7 @@ def _not_comparable(
     why = (
         f"the baseline was recorded with {baseline.threads} thread(s), this run"
         f" measures with {threads}; timings under different thread counts are not"
-        f" comparable. Measure with the same count (--torch-perf-threads"
+        f" comparable. Measure with the same count ({THREADS}"
         f"={baseline.threads})"
         if baseline.threads != threads
         else f"the baseline records the statistic {baseline.stat!r}, which this version does"

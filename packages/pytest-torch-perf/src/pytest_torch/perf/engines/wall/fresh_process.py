@@ -3,7 +3,7 @@ regression fails.
 
 A short call is mostly the interpreter's and torch's dispatch, which a process's
 address layout alone can slow up to 1.8x for the process's whole life
-(``measure.settling.SHORT_CALL_MS``): no figure inside the process shows it, and
+(``engines.wall.settling.SHORT_CALL_MS``): no figure inside the process shows it, and
 measuring again in the same process draws the same layout. Another process draws
 another one. So the test runs once more in
 ``python -m pytest <its file>::<its name>``, started like this run (the same options,
@@ -26,10 +26,19 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_torch.perf.options import (
+    BASELINES,
+    BENCHMARK,
+    BENCHMARK_JSON,
+    BENCHMARK_PLOT,
+    FRESH_PROCESSES,
+    UPDATE,
+)
+
 if TYPE_CHECKING:
     import pytest
 
-    from pytest_torch.perf.measure.settling import Measured
+    from pytest_torch.perf.engines.wall.settling import Measured
 
 #: set in the fresh process: the file its perf checks write their measurements into
 ENV = "PYTEST_TORCH_PERF_MEASURE_INTO"
@@ -44,7 +53,7 @@ _WITH_VALUE = {
     "--junitxml", "--junit-xml", "--junitprefix", "--junit-prefix", "--html", "--report-log",
     "--resultlog", "--result-log", "--json-report-file", "--basetemp", "--maxfail",
     "--cov", "--cov-report", "--cov-config", "--cov-context", "--cov-fail-under",
-    "--torch-perf-baselines", "--torch-benchmark-json", "--torch-benchmark-plot",
+    BASELINES, BENCHMARK_JSON, BENCHMARK_PLOT,
     "--torch-failure-artifacts", "-p", "-c", "--config-file", "--rootdir", "--confcutdir",
     "-o", "--override-ini", "-k", "-m", "-W", "--pythonwarnings", "--deselect", "--ignore",
     "--ignore-glob", "--import-mode", "--tb", "-r", "--capture", "--log-level",
@@ -56,13 +65,13 @@ _WITH_VALUE = {
 _LEFT_OUT = {
     "--lf", "--last-failed", "--ff", "--failed-first", "--nf", "--new-first", "--sw",
     "--stepwise", "--sw-skip", "--stepwise-skip", "--looponfail", "-f", "--pdb", "--trace",
-    "--torch-update-perf", "--cov-append", "--no-cov", "--torch-benchmark", "--lfnf",
+    UPDATE, "--cov-append", "--no-cov", BENCHMARK, "--lfnf",
     "--last-failed-no-failures", "--cache-clear", "--cache-show",
     "-n", "--numprocesses", "--maxprocesses", "--dist", "--tx", "--rsyncdir", "--junitxml",
     "--junit-xml", "--junitprefix", "--junit-prefix", "--html", "--report-log", "--resultlog",
     "--result-log", "--json-report-file", "--basetemp", "--cov", "--cov-report",
-    "--cov-config", "--cov-context", "--cov-fail-under", "--torch-benchmark-json",
-    "--torch-benchmark-plot", "--torch-failure-artifacts", "--log-file",
+    "--cov-config", "--cov-context", "--cov-fail-under", BENCHMARK_JSON,
+    BENCHMARK_PLOT, "--torch-failure-artifacts", "--log-file",
 }  # fmt: skip
 
 
@@ -142,9 +151,9 @@ class FreshProcesses:
             if self.started >= self.limit:
                 return (
                     f"this run has started its {self.limit} fresh process(es) already"
-                    " (--torch-perf-fresh-processes)"
+                    f" ({FRESH_PROCESSES})"
                     if self.limit
-                    else "turned off (--torch-perf-fresh-processes=0)"
+                    else f"turned off ({FRESH_PROCESSES}=0)"
                 )
             self.started += 1
             self._runs[item.nodeid] = self._run(item)

@@ -21,7 +21,7 @@ Two kinds of interference are watched, around every sample:
   (beside a busy neighbour it often runs 2x slower while a model runs 1.1x slower), so
   samples beside a slow loop are set aside only when the code itself ran slower beside
   slow loops than beside fast ones (its time less its wait), and count only by that
-  much. Samples are taken at several depths of the stack (``timing.at_depth``): how
+  much. Samples are taken at several depths of the stack (``layouts.at_depth``): how
   fast interpreted code runs depends on where the stack sits, by each process's
   address layout. Between processes, only a core probe that no layout affects
   (``machine_probes.core_probe``) is compared: a baseline keeps the recording
@@ -44,7 +44,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pytest_torch.perf.measure.machine_probes import (
+from pytest_torch.core.cpus import available_cores
+from pytest_torch.perf.engines.wall.layouts import LAYOUTS, at_depth, percentile
+from pytest_torch.perf.engines.wall.machine_probes import (
     PROCESS,
     PROCESS_CORE,
     LoopReference,
@@ -250,8 +252,6 @@ class Monitor:
     def start(self) -> None:
         """Before sampling: the machine's counters, the loop's speed refreshed (at every
         stack depth the samples use), and the first reading."""
-        from pytest_torch.perf.measure.timing import LAYOUTS, at_depth
-
         self._before = self.machine()
         for depth in range(LAYOUTS):
             self.reference.note(at_depth(depth, self.loop))
@@ -259,10 +259,8 @@ class Monitor:
         self.readings.append(self.reading())
 
     def reading(self) -> Reading:
-        from pytest_torch.perf.measure.timing import LAYOUTS, at_depth
-
         # twice: the first run refills the caches the measured code evicted; at the
-        # stack depth of the sample just taken (see timing.at_depth)
+        # stack depth of the sample just taken (see layouts.at_depth)
         depth = (len(self.readings) - 1) % LAYOUTS
         runs = [at_depth(depth, self.loop) for _ in range(2)]
         loop = min((seconds for seconds in runs if seconds is not None), default=None)
@@ -393,8 +391,6 @@ class Monitor:
     def _machine_figures(self) -> tuple[float | None, float | None, int, float | None]:
         """Steal share, cores other processes kept busy, cores, and cores this
         process's own descendants kept busy, over the measurement."""
-        from pytest_torch.core.cpus import available_cores
-
         after = self.machine()
         cores = self.cores or available_cores()
         steal = others = own = None
@@ -430,8 +426,6 @@ def core_factors(times: list[float], ratios: list[float]) -> tuple[list[float], 
     slowed by it (at most by its loop's ratio). Where they do not, the loop's own ratio
     is all there is to go by (at most :data:`MAX_CORE_FACTOR`).
     """
-    from pytest_torch.perf.measure.timing import percentile
-
     slow = [r > SLOWED_LOOP for r in ratios]
     if not any(slow):
         return [1.0] * len(times), None

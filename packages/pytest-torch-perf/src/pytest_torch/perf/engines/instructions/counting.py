@@ -1,6 +1,6 @@
 """Counting the instructions of one call under Callgrind (``--torch-perf-measure=instructions``).
 
-The session runs under Valgrind (``measure.valgrind``). A count switches Callgrind's
+The session runs under Valgrind (``engines.instructions.valgrind``). A count switches Callgrind's
 instrumentation on, warms the call up (the first calls of a call site on Python 3.11
 count about 5 % more: the interpreter specialises its bytecode), then counts each of
 several calls on its own and keeps the smallest: a single call can count 20 % more when
@@ -32,7 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_torch.perf.measure import callgrind_output, client_requests
+from pytest_torch.perf.calls import bind, run_context, torch_threads
+from pytest_torch.perf.engines.instructions import callgrind_output, client_requests
+from pytest_torch.perf.engines.instructions.valgrind import session
+from pytest_torch.perf.options import MEASURE
 
 #: calls before counting, and calls counted (the smallest count is kept)
 WARMUPS = 2
@@ -65,6 +68,11 @@ class Counted:
         return (max(self.repeats) - low) / low if low else 0.0
 
 
+def fmt_count(count: float) -> str:
+    """2025376 -> "2,025,376 instr" (every digit: a 1 % change must show)."""
+    return f"{count:,.0f} instr"
+
+
 def count_key(valgrind_version: str) -> str:
     """What an instruction count depends on besides the code: torch, Python, Valgrind,
     and the CPU kernels torch picked under Valgrind (its CPU capability)."""
@@ -83,13 +91,11 @@ def parse_key(key: str) -> dict[str, str]:
 
 
 def _dump_folder() -> tuple[str, Path]:
-    from pytest_torch.perf.measure.valgrind import session
-
     found = session()
     if found is None or not client_requests.running_on_valgrind():
         raise InstructionsUnavailable(
             "this process does not run under the plugin's Valgrind session, so it cannot"
-            " count instructions. Start pytest itself with --torch-perf-measure=instructions"
+            f" count instructions. Start pytest itself with {MEASURE}=instructions"
             " (not under valgrind by hand): the plugin runs the session under Valgrind"
         )
     return found
@@ -179,8 +185,6 @@ def count_call(run: Callable[[], Any]) -> Counted:
 def count_instructions(target: Any, *inputs: Any, **kwargs: Any) -> Counted:
     """Count ``target(*inputs, **kwargs)``: modules in inference mode, callables as
     given, on one intra-op thread (restored after)."""
-    from pytest_torch.perf.measure.calls import bind, run_context, torch_threads
-
     run = bind(target, inputs, kwargs)
     with torch_threads(1), run_context(target):
         return count_call(run)

@@ -1,0 +1,260 @@
+"""Counting the FLOPs of a call, or of a block, with torch's ``FlopCounterMode``, and
+saying which work the count leaves out.
+
+``FlopCounterMode`` counts only what it has a formula for: matrix products (``mm``,
+``addmm``, ``bmm``, ``baddbmm``, ``_scaled_mm``), convolutions and the fused attention
+kernels; pointwise ops, reductions, normalisations, copies and views are not FLOPs in
+its sense, by design. An op without a formula that it cannot decompose runs whole and
+counts nothing, so a count can be short, silently, exactly where the work is: measured
+here (torch 2.13, CPU), ``nn.TransformerEncoderLayer(64, 4, 128)`` in eval under
+``inference_mode`` takes its fused fast path, one ``aten._transformer_encoder_layer_fwd``,
+and counts 0 FLOPs; with autograd on it counts 2,097,152 (its linear layers) but not its
+attention, an ``aten._scaled_dot_product_flash_attention_for_cpu`` (the CPU kernel behind
+``F.scaled_dot_product_attention``, which has no formula, while the CUDA ones do).
+``nn.MultiheadAttention`` in eval (``aten._native_multi_head_attention``), ``nn.LSTM``
+on CPU (``aten.mkldnn_rnn_layer``), ``nn.Bilinear`` (``aten._trilinear``), matrix-vector
+products (``aten.mv``, ``aten.addmv``, ``aten.dot``), ``torch.cdist`` and the
+``torch.linalg`` factorisations and solvers count 0 as well. So every count says which
+such ops ran (:attr:`FlopCount.uncounted`): a second dispatch mode under the counter sees
+each op the counter ran whole (not the composites it decomposed) and keeps those that
+
+- have no formula in the counter's registry (``torch.utils.flop_counter.flop_registry``),
+- are not views and not tagged ``torch.Tag.pointwise``, and
+- are named for matrix, convolution or attention work (:func:`is_matrix_work`).
+
+The name rule is checked against every operator torch registers (``test_counting``):
+it matches every op that has a formula and no pointwise op. Its limit: a kernel whose
+name says nothing of its work (a custom op called ``my_fused_block``) is not named;
+work outside torch's dispatcher (NumPy, a Triton kernel launched by hand) is not seen;
+FFTs are outside the counter's definition, like pointwise ops.
+
+A count is exact and deterministic: the same ops on the same shapes count the same, on
+any device (the device decides which kernels run: CPU and CUDA may differ). A module
+runs under ``torch.inference_mode()`` (its train or eval mode is the caller's); any
+other callable runs as given. Every mode is left on the way out, also when the call
+raises.
+
+torch is imported only when counting: ``FlopCount`` and the name rule are plain Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+#: how many of the largest modules and ops a baseline keeps
+KEPT = 20
+
+#: a part of an op's name (split at "_") that names matrix, convolution or attention work:
+#: matrix products (``mm``, ``_int_mm``, ``addmv``, ``vdot``, ``_trilinear``), every
+#: convolution kernel (``conv2d``, ``cudnn_convolution``, ``slow_conv3d``), attention and
+#: fused transformer kernels, recurrent layers, pairwise distances, and linear algebra
+#: (factorisations, solvers, determinants)
+_WORK_PART = re.compile(
+    r"(add|addb|b|baddb|hsp|sp|s)?mm|(add)?mv|v?dot|matmul|einsum|tensordot"
+    r"|conv(\dd|olution)?|(bi|tri)?linear|attention|transformer|rnn|lstm|gru|cdist|pdist"
+    r"|euclidean|addr"
+    r"|cholesky|lu|qr|svd|eig(h|vals|valsh)?|solve|(slog)?det|lstsq|pinv|ldl"
+    r"|householder|geqrf|orgqr|ormqr"
+)
+_WORK_PHRASES = ("linalg_inv", "matrix_exp", "affine_grid")
+#: parts and phrases of names that match the above but only move weights or apply gates:
+#: weight (un)packing and reordering, ``_cudnn_rnn_flatten_weight``, ``lu_unpack``, and
+#: the pointwise gate kernels of fused LSTM/GRU cells (their matmuls run, and count,
+#: before them)
+_NOT_WORK_PARTS = frozenset({"prepack", "unpack", "reorder", "flatten", "quantize"})
+_NOT_WORK_PHRASES = ("thnn_fused", "thnn_differentiable")
+
+
+def is_matrix_work(op: str) -> bool:
+    """Whether the op named ``op`` ("aten._native_multi_head_attention", a namespace
+    optional) does matrix, convolution or attention work, by its name."""
+    name = op.replace("::", ".").rpartition(".")[2]
+    parts = [part for part in name.split("_") if part]
+    if _NOT_WORK_PARTS.intersection(parts) or any(p in name for p in _NOT_WORK_PHRASES):
+        return False
+    return any(_WORK_PART.fullmatch(part) for part in parts) or any(
+        phrase in name for phrase in _WORK_PHRASES
+    )
+
+
+def fmt_flops(count: float) -> str:
+    """2097152 -> "2,097,152 FLOPs": every digit, a count is exact."""
+    return f"{count:,.0f} FLOPs"
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """The FLOPs of one call (or block), and the work they leave out."""
+
+    total: int
+    #: aten op ("aten.addmm") -> its FLOPs, largest first
+    by_op: dict[str, int] = field(default_factory=dict)
+    #: module path ("TransformerEncoderLayer.linear1") -> its FLOPs, its submodules'
+    #: included, largest first; FLOPs outside every module are only in by_op
+    by_module: dict[str, int] = field(default_factory=dict)
+    #: ops that ran and do matrix, convolution or attention work without a FLOP formula
+    #: -> how many times they ran: their work is not in the figures above
+    uncounted: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The baseline file's entry: the total, the largest :data:`KEPT` modules and
+        ops, and every uncounted op."""
+        return {
+            "total": self.total,
+            "by_module": _largest(self.by_module, KEPT),
+            "by_op": _largest(self.by_op, KEPT),
+            "uncounted": dict(sorted(self.uncounted.items())),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FlopCount:
+        """The count of a baseline entry; KeyError, TypeError or ValueError for a
+        malformed one."""
+        return cls(
+            total=_whole(data["total"], "total"),
+            by_module=_counts(data.get("by_module", {}), "by_module"),
+            by_op=_counts(data.get("by_op", {}), "by_op"),
+            uncounted=_counts(data.get("uncounted", {}), "uncounted"),
+        )
+
+
+def _whole(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a whole number >= 0, got {value!r}")
+    return value
+
+
+def _counts(data: object, what: str) -> dict[str, int]:
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{what} must be an object of counts, got {data!r}")
+    return {str(name): _whole(value, f"{what}[{name!r}]") for name, value in data.items()}
+
+
+def _largest(counts: Mapping[str, int], keep: int | None = None) -> dict[str, int]:
+    """``counts`` largest first (ties by name), the first ``keep`` of them."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return dict(ranked[:keep])
+
+
+class FlopCounting:
+    """Counts the FLOPs of everything run in ``with FlopCounting() as counting:``;
+    ``counting.result`` holds them once the block is left (also when it raised; an
+    empty count before). One use per instance."""
+
+    def __init__(self) -> None:
+        self.result = FlopCount(0)
+        self._stack: contextlib.ExitStack | None = None
+        self._counts: Callable[[], dict[str, dict[Any, int]]] | None = None
+        self._uncounted: Counter[str] = Counter()
+
+    def __enter__(self) -> FlopCounting:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        _active.append(self)
+        if self._stack is not None:
+            raise RuntimeError("a FlopCounting counts once: make a new one")
+        counter = FlopCounterMode(display=False)
+        self._counts = counter.get_flop_counts
+        with contextlib.ExitStack() as stack:
+            # the watcher first: under the counter, it sees the ops the counter runs whole
+            stack.enter_context(_watcher(counter.flop_registry, self._uncounted))
+            stack.enter_context(counter)
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._stack is None or self._counts is None:
+            raise RuntimeError("FlopCounting left before it was entered")
+        try:
+            self._stack.__exit__(kind, error, traceback)
+        finally:
+            _active.remove(self)
+            self.result = _count_of(self._counts(), self._uncounted)
+
+
+#: the countings running now (a FLOP budget's around a test body)
+_active: list[FlopCounting] = []
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Run the block uncounted by the countings running now: a measuring fixture's
+    repeated calls inside a body under a FLOP budget are the harness's work, not the
+    body's (their number depends on the machine). Every dispatch mode is set aside
+    for the block and put back after."""
+    if not _active:
+        yield
+        return
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        yield
+
+
+def count_flops(target: Callable[..., object], *inputs: Any, **kwargs: Any) -> FlopCount:
+    """The FLOPs of one call ``target(*inputs, **kwargs)``; an ``nn.Module`` is called
+    under ``torch.inference_mode()`` (see the module docstring)."""
+    __tracebackhide__ = True
+    import torch
+
+    inference = isinstance(target, torch.nn.Module)
+    calling = torch.inference_mode() if inference else contextlib.nullcontext()
+    with FlopCounting() as counting, calling:
+        target(*inputs, **kwargs)
+    return counting.result
+
+
+def _count_of(counts: Mapping[str, Mapping[Any, int]], uncounted: Mapping[str, int]) -> FlopCount:
+    by_op = {str(op): flops for op, flops in counts.get("Global", {}).items() if flops}
+    modules = {module: sum(ops.values()) for module, ops in counts.items() if module != "Global"}
+    by_module = {module: flops for module, flops in modules.items() if flops}
+    return FlopCount(
+        total=sum(by_op.values()),
+        by_op=_largest(by_op),
+        by_module=_largest(by_module),
+        uncounted=dict(sorted(uncounted.items())),
+    )
+
+
+def _watcher(formulas: Mapping[Any, Any], uncounted: Counter[str]) -> TorchDispatchMode:
+    """A dispatch mode that adds to ``uncounted`` each op it sees run that does matrix,
+    convolution or attention work and has no formula in ``formulas``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class FormulaLessWork(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self,
+            func: torch._ops.OpOverload,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
+            __tracebackhide__ = True
+            if _uncounted_work(func, formulas):
+                uncounted[str(func.overloadpacket)] += 1
+            return func(*args, **(kwargs or {}))
+
+    return FormulaLessWork()  # type: ignore[no-untyped-call]
+
+
+def _uncounted_work(func: torch._ops.OpOverload, formulas: Mapping[Any, Any]) -> bool:
+    import torch
+
+    if func.overloadpacket in formulas or getattr(func, "is_view", False):
+        return False
+    return torch.Tag.pointwise not in func.tags and is_matrix_work(str(func.overloadpacket))
