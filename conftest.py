@@ -18,6 +18,11 @@ The shared test kit of the packages' suites is here too: numpy and torch importe
 twice in one process) and ``run``, which runs pytest in-process on the pytester folder
 with the package's own plugin enabled explicitly, so its tests behave the same with
 plugin autoload on or off.
+
+Each plugin package's sdist ships this file and pytest.ini at its root, beside its
+tests/ (force-include in the package's pyproject.toml): its tests run from the unpacked
+sdist (``pytest tests``, the package installed) with this kit and this guard, as they
+do here. So this file imports nothing but torch, numpy and pytest at its top.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from __future__ import annotations
 import gc
 import os
 import random
+import re
 import sys
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 import numpy
@@ -249,7 +256,7 @@ import time
 
 import pytest
 
-from pytest_torch.perf.measure import contention, machine_probes
+from pytest_torch.perf.engines.wall import contention, machine_probes
 
 BUSY = {busy}
 
@@ -311,15 +318,25 @@ def busy_machine(machine: Callable[[str], None]) -> None:
     machine("busy")
 
 
+def _own_plugin(test: Path) -> str | None:
+    """``torch_perf`` for a test of pytest-torch-perf: the project named by the nearest
+    pyproject.toml (the package's folder here, the root of its unpacked sdist)."""
+    for folder in test.parents:
+        if (folder / "pyproject.toml").is_file():
+            text = (folder / "pyproject.toml").read_text()
+            named = re.search(r'^name = "pytest-torch-([a-z]+)"$', text, re.MULTILINE)
+            return f"torch_{named.group(1)}" if named else None
+    return None
+
+
 @pytest.fixture
 def run(request: pytest.FixtureRequest, pytester: pytest.Pytester) -> Callable[..., Any]:
     """``run(*args)``: pytest in-process on the pytester folder with this package's
-    plugin enabled explicitly (``-p torch_perf`` for packages/pytest-torch-perf/tests,
-    which brings core)."""
-    package = next((part for part in request.path.parts if part.startswith("pytest-torch-")), None)
-    if package is None:
+    plugin enabled explicitly (``-p torch_perf`` for pytest-torch-perf's tests, which
+    brings core)."""
+    plugin = _own_plugin(request.path)
+    if plugin is None:
         raise pytest.UsageError(f"{request.path}: `run` serves the packages' own tests")
-    plugin = "torch_" + package.removeprefix("pytest-torch-")
 
     def _run(*args: str) -> pytest.RunResult:
         return pytester.runpytest("-p", plugin, *args)

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_torch.perf.baselines import Baseline, BaselineFile, BaselineFileError
+from pytest_torch.perf.baselines import BaselineFile, BaselineFileError
+from pytest_torch.perf.engines.wall.entry import Baseline
 
 WRITER = """
 import sys, time
 from pathlib import Path
-from pytest_torch.perf.baselines import Baseline, BaselineFile
+from pytest_torch.perf.baselines import BaselineFile
+from pytest_torch.perf.engines.wall.entry import Baseline
 
 path, worker, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 while not go.exists():
@@ -26,7 +28,7 @@ while not go.exists():
 entry = Baseline(latency_ms=1.0, stat="median", spread=0.0, device="cpu", threads=1,
                  torch="2", python="3", recorded="now")
 for number in range(count):
-    BaselineFile(path).merge({"machine": {f"{worker}-{number}": entry}})
+    BaselineFile(path).merge({"machines": {"machine": {f"{worker}-{number}": entry}}})
 """
 
 ENTRY = Baseline(
@@ -72,7 +74,8 @@ def test_eight_concurrent_writers_lose_nothing(tmp_path):
 
 KILLED_WRITER = """
 import os, sys, time
-from pytest_torch.perf.baselines import Baseline, BaselineFile
+from pytest_torch.perf.baselines import BaselineFile
+from pytest_torch.perf.engines.wall.entry import Baseline
 
 # a slow disk: the new file is on disk but not yet in place for a while, so that many
 # of the random kills land in the middle of a write. With "signal", the writer says when
@@ -89,12 +92,12 @@ os.fsync = slow_fsync
 entry = Baseline(latency_ms=1.0, stat="median", spread=0.0, device="cpu", threads=1,
                  torch="2", python="3", recorded="now")
 file, prefix = BaselineFile(sys.argv[1]), sys.argv[2]
-file.merge({"machine": {f"{prefix}-00000": entry}})  # imports done, caches warm
+file.merge({"machines": {"machine": {f"{prefix}-00000": entry}}})  # imports done, caches warm
 print("ready", flush=True)
 ready = True
 number = 1
 while True:
-    file.merge({"machine": {f"{prefix}-{number:05d}": entry}})
+    file.merge({"machines": {"machine": {f"{prefix}-{number:05d}": entry}}})
     number += 1
 """
 
@@ -105,7 +108,9 @@ def test_a_writer_killed_mid_write_leaves_the_old_or_the_new_file(tmp_path):
     entry plus a gap-free run of new ones; leftovers never block the next writer."""
     path = tmp_path / "baselines.json"
     # a big file, so that a good share of the writer's time is spent writing it
-    BaselineFile(path).merge({"machine": {f"old-{n:05d}": ENTRY for n in range(3000)}})
+    BaselineFile(path).merge(
+        {"machines": {"machine": {f"old-{n:05d}": ENTRY for n in range(3000)}}}
+    )
     old = _entries(path)
     rng = random.Random(20261130)
     mid_write = kills = 0
@@ -132,7 +137,7 @@ def test_a_writer_killed_mid_write_leaves_the_old_or_the_new_file(tmp_path):
         assert new and new == [f"kill{kills}-{n:05d}" for n in range(len(new))]
         # the next writer is not blocked by the lock or temp file the killed one left
         started = time.perf_counter()
-        BaselineFile(path).merge({"machine": {"after": ENTRY}})
+        BaselineFile(path).merge({"machines": {"machine": {"after": ENTRY}}})
         assert time.perf_counter() - started < 10
         assert "after" in _entries(path)
         assert not list(tmp_path.glob(".baselines.json.*.tmp"))
@@ -214,7 +219,7 @@ def test_merge_errors_name_the_path(tmp_path):
     with pytest.raises(
         BaselineFileError, match=r"could not record perf baselines in .*blocker/b.json"
     ):
-        BaselineFile(blocker / "b.json").merge({"machine": {"x": ENTRY}})
+        BaselineFile(blocker / "b.json").merge({"machines": {"machine": {"x": ENTRY}}})
     assert blocker.read_text() == "a file"
 
 

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from pytest_torch.perf.baselines import Baseline, BaselineFile, BaselineFileError
+from pytest_torch.perf.baselines import BaselineFile, BaselineFileError
+from pytest_torch.perf.engines.wall.entry import Baseline
 
 
 def entry(latency_ms=1.0, threads=2, **extra) -> Baseline:
@@ -27,34 +28,38 @@ def entry(latency_ms=1.0, threads=2, **extra) -> Baseline:
 
 def test_round_trip_and_merge_keep_every_entry(tmp_path):
     store = BaselineFile(tmp_path / "b.json")
-    assert store.read() == {}
-    store.merge({"machine A": {"t::a": entry(1.0)}})
-    store.merge({"machine A": {"t::b": entry(2.0)}, "machine B": {"t::a": entry(3.0)}})
-    data = store.read()
+    assert store.read().get("machines", {}) == {}
+    store.merge({"machines": {"machine A": {"t::a": entry(1.0)}}})
+    store.merge(
+        {"machines": {"machine A": {"t::b": entry(2.0)}, "machine B": {"t::a": entry(3.0)}}}
+    )
+    data = store.read().get("machines", {})
     assert data["machine A"]["t::a"].latency_ms == 1.0
     assert data["machine A"]["t::b"].latency_ms == 2.0
-    assert store.lookup("machine B", "t::a").latency_ms == 3.0
-    assert store.lookup("machine C", "t::a") is None
+    assert store.lookup("machines", "machine B", "t::a").latency_ms == 3.0
+    assert store.lookup("machines", "machine C", "t::a") is None
 
 
 def test_an_entry_keeps_its_reference_loop_and_how_busy_its_recording_was(tmp_path):
     store = BaselineFile(tmp_path / "b.json")
     busy = Baseline(**{**entry(core_probe_us=9.5).__dict__, "samples": 731,
                        "undisturbed_samples": 90})  # fmt: skip
-    store.merge({"machine A": {"t::a": busy, "t::b": entry()}})
+    store.merge({"machines": {"machine A": {"t::a": busy, "t::b": entry()}}})
     text = (tmp_path / "b.json").read_text()
     assert '"core_probe_us": 9.5' in text and text.count("core_probe_us") == 1
     assert '"undisturbed_samples": 90' in text and text.count('"samples"') == 1
     fresh = BaselineFile(tmp_path / "b.json")
-    assert fresh.lookup("machine A", "t::a") == busy
-    assert fresh.lookup("machine A", "t::b").undisturbed_samples is None
+    assert fresh.lookup("machines", "machine A", "t::a") == busy
+    assert fresh.lookup("machines", "machine A", "t::b").undisturbed_samples is None
 
 
 def test_formatting_is_sorted_stable_and_rounded(tmp_path):
     store = BaselineFile(tmp_path / "b.json")
-    store.merge({"m": {"z": entry(1.23456789), "a": entry(2.0, peak_memory={"cuda:0": 5})}})
+    store.merge(
+        {"machines": {"m": {"z": entry(1.23456789), "a": entry(2.0, peak_memory={"cuda:0": 5})}}}
+    )
     first = store.path.read_text()
-    store.merge({"m": {"z": entry(1.23456789)}})
+    store.merge({"machines": {"m": {"z": entry(1.23456789)}}})
     assert store.path.read_text() == first
     assert first.endswith("}\n")
     document = json.loads(first)
@@ -81,22 +86,23 @@ def test_unusable_files_are_reported_with_their_path_and_never_replaced(
     path.write_text(content)
     store = BaselineFile(path)
     with pytest.raises(BaselineFileError) as info:
-        store.read()
+        store.read().get("machines", {})
     assert str(path) in str(info.value)
     assert expected in str(info.value)
     with pytest.raises(BaselineFileError):
-        store.merge({"m": {"t": entry()}})
+        store.merge({"machines": {"m": {"t": entry()}}})
     assert path.read_text() == content
 
 
 WRITER = """
 import sys
-from pytest_torch.perf.baselines import Baseline, BaselineFile
+from pytest_torch.perf.baselines import BaselineFile
+from pytest_torch.perf.engines.wall.entry import Baseline
 path, worker = sys.argv[1], int(sys.argv[2])
 store = BaselineFile(path)
 for index in range(5):
     entry = Baseline(float(index + 1), "median", 0.0, "cpu", 1, "2.13.0", "3.11", "now")
-    store.merge({f"machine {worker % 2}": {f"test_{worker}_{index}": entry}})
+    store.merge({"machines": {f"machine {worker % 2}": {f"test_{worker}_{index}": entry}}})
 """
 
 
@@ -104,20 +110,20 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     path = str(tmp_path / "b.json")
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, path, str(w)]) for w in range(8)]
     assert [writer.wait(timeout=120) for writer in writers] == [0] * 8
-    data = BaselineFile(path).read()
+    data = BaselineFile(path).read().get("machines", {})
     found = {key for tests in data.values() for key in tests}
     assert found == {f"test_{w}_{i}" for w in range(8) for i in range(5)}
 
 
 def test_lookups_parse_the_file_once_and_merge_refreshes_them(tmp_path, monkeypatch):
     store = BaselineFile(tmp_path / "b.json")
-    store.merge({"m": {"a": entry(1.0)}})
+    store.merge({"machines": {"m": {"a": entry(1.0)}}})
     reads = []
-    real_read = BaselineFile.read_all
-    monkeypatch.setattr(BaselineFile, "read_all", lambda self: reads.append(1) or real_read(self))
+    real_read = BaselineFile._read
+    monkeypatch.setattr(BaselineFile, "_read", lambda self: reads.append(1) or real_read(self))
     fresh = BaselineFile(store.path)
-    assert fresh.lookup("m", "a").latency_ms == 1.0
-    assert fresh.lookup("m", "b") is None
+    assert fresh.lookup("machines", "m", "a").latency_ms == 1.0
+    assert fresh.lookup("machines", "m", "b") is None
     assert len(reads) == 1
-    fresh.merge({"m": {"b": entry(2.0)}})
-    assert fresh.lookup("m", "b").latency_ms == 2.0
+    fresh.merge({"machines": {"m": {"b": entry(2.0)}}})
+    assert fresh.lookup("machines", "m", "b").latency_ms == 2.0

@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from pytest_torch.perf.measure.calls import work_device
+from pytest_torch.perf.calls import work_device
 
 # these tests draw from the global random generators; torch_seed restores them
 pytestmark = pytest.mark.usefixtures("torch_seed")

@@ -100,7 +100,7 @@ def test_regression_fails_after_confirmation_with_the_rerecord_command(suite, ru
     result.stdout.fnmatch_lines(
         [
             ">       perf_baseline(model, make_tensor(8, 16), latency_tolerance=10.0)",
-            "E       pytest_torch.perf.checks.PerfRegressionError: performance regression in"
+            "E       pytest_torch.perf.outcome.PerfRegressionError: performance regression in"
             " test_suite.py::test_speed:",
             "E         latency (min): * vs baseline 1e-06 µs = *x (+*%); limit * = baseline x"
             " (1 + tolerance 10) + slack 0 µs",
@@ -306,7 +306,7 @@ def test_a_busy_machine_judges_in_proportion_and_never_hides_a_pass(suite, run, 
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "E * pytest_torch.perf.checks.PerfNotJudgedError: test_suite.py::test_speed: not"
+            "E * pytest_torch.perf.outcome.PerfNotJudgedError: test_suite.py::test_speed: not"
             " judged: machine busy.*",
             "*This test is failed (--torch-perf-strict). Run perf tests*",
         ]

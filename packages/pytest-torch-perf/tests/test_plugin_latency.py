@@ -57,7 +57,7 @@ def test_slow(make_tensor, latency):
     result.stdout.fnmatch_lines(
         [
             ">       latency(model, x)",
-            "E       pytest_torch.perf.checks.PerfRegressionError: latency budget exceeded:"
+            "E       pytest_torch.perf.outcome.PerfRegressionError: latency budget exceeded:"
             " p90 * > budget 0.001 µs (+*",
             "E         distribution: median *, p10 *, p90 *, min *, IQR * samples x * after *"
             " warm-up calls (stopped by *); first call * (excluded); cpu, 1 thread",
@@ -249,7 +249,7 @@ def test_a_bad_perf_thread_count_is_a_usage_error_naming_its_source(
     result = run(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        [f"ERROR: {source}: expected a positive whole number of threads for perf measurements,*"]
+        [f"ERROR: {source}: expected a whole number >= 1, got *. Example: --torch-perf-threads=1"]
     )
 
 

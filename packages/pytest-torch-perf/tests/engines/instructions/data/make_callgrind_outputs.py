@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from pytest_torch.perf.measure import client_requests
+from pytest_torch.perf.engines.instructions import client_requests
 
 torch.set_num_threads(1)
 torch.manual_seed(0)

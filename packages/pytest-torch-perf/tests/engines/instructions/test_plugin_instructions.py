@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_torch.perf.measure.valgrind import INSTALL_HINT
+from pytest_torch.perf.engines.instructions.valgrind import INSTALL_HINT
 
 SUITE = """
 import os

@@ -254,9 +254,3 @@ def test_json_and_plot_files(tmp_path):
     (png,) = suite_report.write_plots(tmp_path / "plots", results, "cpu: Example x 2")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000
-
-
-def test_the_plugin_knows_the_case_fixture_name_without_importing_the_engine():
-    from pytest_torch.perf import plugin
-
-    assert plugin._CASE_FIXTURE == suites.CASE_FIXTURE

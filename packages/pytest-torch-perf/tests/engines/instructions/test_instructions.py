@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_torch.perf.baselines import BaselineFile, BaselineFileError, InstructionBaseline
-from pytest_torch.perf.instruction_checks import compare, missing, new_baseline
-from pytest_torch.perf.measure import callgrind_output, client_requests, valgrind
-from pytest_torch.perf.measure.callgrind_output import (
+from pytest_torch.perf.baselines import BaselineFile, BaselineFileError
+from pytest_torch.perf.engines.instructions import callgrind_output, client_requests, valgrind
+from pytest_torch.perf.engines.instructions.callgrind_output import (
     NO_SYMBOL,
     CallgrindOutputError,
     describe_function,
@@ -22,7 +21,9 @@ from pytest_torch.perf.measure.callgrind_output import (
     parse,
     top_functions,
 )
-from pytest_torch.perf.measure.instructions import Counted, parse_key
+from pytest_torch.perf.engines.instructions.counting import Counted, parse_key
+from pytest_torch.perf.engines.instructions.entry import InstructionBaseline
+from pytest_torch.perf.engines.instructions.judging import compare, missing, new_baseline
 
 DATA = Path(__file__).parent / "data"
 KEY = "torch=2.13.0+cpu python=3.11.7 valgrind=3.19.0 cpu=x86_64/AVX2"
@@ -158,8 +159,8 @@ def test_a_regression_is_counted_twice_and_names_the_functions_that_grew():
     assert describe_function(top) in message
     assert "re-record with: RERECORD" in message
     assert outcome.record.verdict == "REGRESSION"
-    assert outcome.record.instructions == eleven.instructions
-    assert outcome.record.reference_instructions == ten.instructions
+    assert outcome.record.measured == eleven.instructions
+    assert outcome.record.reference == ten.instructions
 
 
 def test_the_second_count_decides_when_it_is_within_the_limit():
@@ -239,21 +240,25 @@ def test_no_count_under_this_key_names_what_differs():
 
 
 def test_the_baseline_file_keeps_counts_and_wall_clock_entries_apart(tmp_path):
-    from pytest_torch.perf.baselines import Baseline
+    from pytest_torch.perf.engines.wall.entry import Baseline
 
     path = tmp_path / "baselines.json"
     wall = Baseline(1.0, "min", 0.01, "cpu", 1, "2.13.0", "3.11.7", "then")
     count = InstructionBaseline(123, 0.001, 5, "then", {"f (lib.so)": 100}, interpreter=23)
-    BaselineFile(path).merge({"machine": {"t": wall}}, {KEY: {"t": count}})
-    BaselineFile(path).merge({"machine": {"u": wall}})  # a wall-clock run keeps the counts
+    BaselineFile(path).merge(
+        {"machines": {"machine": {"t": wall}}, "instructions": {KEY: {"t": count}}}
+    )
+    BaselineFile(path).merge(
+        {"machines": {"machine": {"u": wall}}}
+    )  # a wall-clock run keeps the counts
     document = json.loads(path.read_text())
     assert set(document["machines"]["machine"]) == {"t", "u"}
-    assert BaselineFile(path).counts_of("t") == {KEY: count}
-    assert BaselineFile(path).counts_of("u") == {}
+    assert BaselineFile(path).entries("instructions", "t") == {KEY: count}
+    assert BaselineFile(path).entries("instructions", "u") == {}
     document["instructions"][KEY]["t"]["instructions"] = "many"
     path.write_text(json.dumps(document))
     with pytest.raises(BaselineFileError, match="malformed"):
-        BaselineFile(path).counts_of("t")
+        BaselineFile(path).entries("instructions", "t")
 
 
 def test_client_requests_do_nothing_natively():

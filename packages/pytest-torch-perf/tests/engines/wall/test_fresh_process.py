@@ -1,7 +1,7 @@
 """A short call's modest regression measured again in a fresh process: the arguments
 that process gets, and real runs where it clears or confirms the regression.
 
-The measurements are faked (a conftest replaces ``check_runner.measure_call``): the
+The measurements are faked (a conftest replaces ``engines.wall.engine.measure_call``): the
 process that asks reads 1.5x its baseline, the fresh one what ``FRESH_MS`` says, so
 no verdict depends on this machine's speed or address layout.
 """
@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from pytest_torch.perf.fresh_process import fresh_args
+from pytest_torch.perf.engines.wall.fresh_process import fresh_args
 
 
 @pytest.mark.parametrize(
@@ -53,14 +53,14 @@ import os
 
 import pytest
 
-from pytest_torch.perf import check_runner
-from pytest_torch.perf.measure.contention import Interference
-from pytest_torch.perf.measure.timing import LatencyResult
+from pytest_torch.perf.engines.wall import engine
+from pytest_torch.perf.engines.wall.contention import Interference
+from pytest_torch.perf.engines.wall.timing import LatencyResult
 
 QUIET = Interference("run-queue wait", 0.0, 0, 40, others_cores=0.1, cores=2)
 
 
-def fake(settings, target, inputs, kwargs, device):
+def fake(session, call):
     fresh = os.environ.get("PYTEST_TORCH_PERF_MEASURE_INTO")
     ms = float(os.environ["FRESH_MS"]) if fresh else 0.03
     samples = (ms, ms, ms * 1.01)
@@ -69,7 +69,7 @@ def fake(settings, target, inputs, kwargs, device):
 
 @pytest.fixture(autouse=True)
 def _fake_measurements(monkeypatch):
-    monkeypatch.setattr(check_runner, "measure_call", fake)
+    monkeypatch.setattr(engine, "measure_call", fake)
 """
 
 SUITE = """

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_torch.perf.measure import contention, machine_probes
-from pytest_torch.perf.measure.contention import Interference, Monitor, core_factors
-from pytest_torch.perf.measure.machine_probes import (
+from pytest_torch.perf.engines.wall import contention, machine_probes
+from pytest_torch.perf.engines.wall.contention import Interference, Monitor, core_factors
+from pytest_torch.perf.engines.wall.machine_probes import (
     LoopReference,
     MachineReading,
     RunQueueProbe,
     descendants_cpu,
 )
-from pytest_torch.perf.measure.timing import SamplingSettings, measure
+from pytest_torch.perf.engines.wall.timing import SamplingSettings, measure
 
 MS = 1e-3
 

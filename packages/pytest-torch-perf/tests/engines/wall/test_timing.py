@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_torch.perf.measure.timing import (
+from pytest_torch.perf.engines.wall.timing import (
     LatencyResult,
     SamplingSettings,
     fmt_ms,
