@@ -149,8 +149,16 @@ def _named(node):
     return None
 
 
+def _declares_markers(module: str) -> bool:
+    """Where a `MarkerSpec` may be declared: a package's `markers` module, or a check's
+    own module in a `checks/` room (`checks.latency_budget`), beside the check that
+    acts on the marker."""
+    return module == "markers" or module.startswith("checks.")
+
+
 def test_markers_settings_and_marker_lookups_each_have_one_home():
-    """Every package declares its `MarkerSpec`s in its `markers` module and keeps its
+    """Every package declares its `MarkerSpec`s in its `markers` module or, for a check
+    of core's registry in a `checks/` room, in the check's module; it keeps its
     settings' stash key (`StashKey[...Settings]`) in its `settings` module; a test's
     marker is asked of its spec (`MarkerSpec.mark_on`), so only core's `markers` calls
     `get_closest_marker`."""
@@ -164,7 +172,7 @@ def test_markers_settings_and_marker_lookups_each_have_one_home():
                     if (
                         isinstance(node, ast.Call)
                         and _named(node.func) == "MarkerSpec"
-                        and module != "markers"
+                        and not _declares_markers(module)
                     ):
                         problems.append(f"{where}:{node.lineno} declares a MarkerSpec")
                     if (
@@ -217,26 +225,38 @@ def test_the_state_guard_lets_a_test_be_the_first_to_initialise_cuda():
     assert before["torch.cuda.current_device()"] == 0 != dirty["torch.cuda.current_device()"]
 
 
-def test_every_module_is_named_in_the_architecture_table():
-    """docs/architecture.md's package table names every module of every package, so a
-    newcomer finds where each thing lives (and a new module is placed in the doc); a
-    module in a sub-package by its dotted name in the package (`measure.timing`)."""
+def _architecture_tables() -> dict[str, list[str]]:
+    """docs/architecture.md's module tables: for each distribution (its section,
+    ``### `pytest-torch-perf` ``), the name in the first cell of every row of its tables
+    (a module by its dotted name in the package, ``engines.wall.timing``)."""
     doc = (REPO / "docs" / "architecture.md").read_text()
-    rows = {
-        match.group(1): match.group(2)
-        for match in re.finditer(r"^\| `(pytest-torch-[a-z]+)` \| `[^`]+` \| (.*) \|$", doc, re.M)
-    }
+    tables: dict[str, list[str]] = {}
+    sections = re.split(r"^(?=#{2,3} )", doc, flags=re.M)
+    for section in sections:
+        heading = re.match(r"### `(pytest-torch-[a-z]+)`\n", section)
+        if heading:
+            tables[heading.group(1)] = re.findall(r"^\| `([\w.]+)` \|", section, re.M)
+    return tables
+
+
+def test_every_module_is_named_in_the_architecture_table():
+    """docs/architecture.md has a table per package with a row for every module of the
+    package, so a newcomer finds where each thing lives (and a new module is placed in
+    the doc); a module in a sub-package by its dotted name in the package
+    (`engines.wall.timing`). tests/test_architecture_doc.py checks the other way: every
+    row names a module that exists."""
+    tables = _architecture_tables()
     missing = []
     for folder in FOLDERS:
         for package in sorted((folder / "src" / "pytest_torch").glob("*/")):
+            rows = set(tables.get(folder.name, ()))
             for source in sorted(package.rglob("*.py")):
                 if source.stem == "__init__":
                     continue
                 name = ".".join(source.relative_to(package).with_suffix("").parts)
-                cell = rows.get(folder.name, "")
-                if not re.search(rf"`{re.escape(name)}(\.[A-Za-z_]+)?`", cell):
+                if name not in rows:
                     missing.append(f"{folder.name}: {name}")
-    assert not missing, f"docs/architecture.md's table does not name: {', '.join(missing)}"
+    assert not missing, f"docs/architecture.md's tables have no row for: {', '.join(missing)}"
 
 
 def _sources():
@@ -295,34 +315,57 @@ def test_no_sub_package_shares_its_name_with_a_module_beside_it():
     assert not clashes, clashes
 
 
-def test_public_names_are_declared_once_and_the_root_says_the_same():
-    """A package's public names are its `from M import N as N` lines under TYPE_CHECKING;
-    the namespace root re-exports each from its package, and nothing else lists them."""
-    from pytest_torch.core.lazy import declared_exports
+def _literal(tree: ast.Module, name: str) -> object:
+    """The value of ``name = <literal>`` (annotated or not) at the top of a module."""
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value:
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"no plain `{name} = ...` literal")
 
+
+def _type_checking_imports(tree: ast.Module) -> dict[str, str]:
+    return {
+        alias.name: str(statement.module)
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+        for statement in node.body
+        if isinstance(statement, ast.ImportFrom)
+        for alias in statement.names
+        if alias.asname == alias.name
+    }
+
+
+def test_public_names_are_declared_once_and_the_root_says_the_same():
+    """A package's public names are plain data in its `__init__` (`EXPORTS`, name ->
+    module, and `__all__`) with the same `from M import N as N` lines under TYPE_CHECKING;
+    the namespace root maps each to its distribution and imports it from its package
+    for type checkers. Read from the source, with no part of the family imported."""
     core_src = REPO / "packages" / "pytest-torch-core" / "src"
-    root = declared_exports(str(core_src / "pytest_torch" / "__init__.py"))
-    packages = set()
+    root_tree = ast.parse((core_src / "pytest_torch" / "__init__.py").read_text())
+    root = _literal(root_tree, "DISTRIBUTIONS")
+    assert isinstance(root, dict)
+    assert _type_checking_imports(root_tree) == {
+        name: distribution.replace("pytest-torch-", "pytest_torch.")
+        for name, distribution in root.items()
+    }, "the root's TYPE_CHECKING imports and DISTRIBUTIONS disagree"
+    distributions = set()
     for init in sorted(REPO.glob("packages/*/src/pytest_torch/*/__init__.py")):
         package = f"pytest_torch.{init.parent.name}"
-        packages.add(package)
-        own = declared_exports(str(init))
-        from_root = sorted(name for name, where in root.items() if where == package)
+        distributions.add(init.parents[3].name)
+        tree = ast.parse(init.read_text())
+        own = _literal(tree, "EXPORTS")
+        assert isinstance(own, dict), init
+        assert _type_checking_imports(tree) == own, f"{init}: TYPE_CHECKING and EXPORTS disagree"
+        assert sorted(_literal(tree, "__all__")) == sorted(own), f"{init}: __all__ and EXPORTS"
+        from_root = sorted(name for name, d in root.items() if d == init.parents[3].name)
         assert from_root == sorted(own), f"{init}: the root re-exports {from_root}"
         src = init.parents[2]
         for name, module in own.items():
+            assert module.startswith(f"{package}."), f"{init}: {name} is another package's"
             path = src / Path(*module.split("."))
             assert path.with_suffix(".py").exists() or (path / "__init__.py").exists(), module
             assert re.search(
                 rf"^(class|def) {name}\b|^{name}\b", path.with_suffix(".py").read_text(), re.M
             ), f"{module} defines no {name}"
-        tree = ast.parse(init.read_text())
-        assigned = [
-            t.id
-            for node in tree.body
-            if isinstance(node, ast.Assign)
-            for t in node.targets
-            if isinstance(t, ast.Name)
-        ]
-        assert "__all__" not in assigned, f"{init}: __all__ follows from the declaration"
-    assert set(root.values()) <= packages, "the root re-exports a package that does not exist"
+    assert set(root.values()) <= distributions, "the root names a distribution that does not exist"
