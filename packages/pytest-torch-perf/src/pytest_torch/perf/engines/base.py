@@ -131,3 +131,13 @@ def default_tolerances(
             value = default if default is not None else options[name]
         chosen[name] = float(value)
     return chosen
+
+
+def fill_count_case(result: CaseResult, call: CallCheck, outcome: Outcome) -> None:
+    """A counting engine's benchmark case: the count per call and the baseline's, in the
+    engine's unit, and its row in the perf table too."""
+    row = outcome.record
+    call.item.user_properties.extend(row.to_properties())
+    result.unit = row.unit
+    result.count = None if row.measured is None else int(row.measured)
+    result.baseline_count = None if row.reference is None else int(row.reference)

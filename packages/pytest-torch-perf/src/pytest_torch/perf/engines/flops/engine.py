@@ -15,7 +15,7 @@ import pytest
 
 from pytest_torch.core import reach
 from pytest_torch.perf.baselines import BaselineFileError
-from pytest_torch.perf.engines.base import CallCheck
+from pytest_torch.perf.engines.base import CallCheck, fill_count_case
 from pytest_torch.perf.engines.flops import judging
 from pytest_torch.perf.engines.flops.counting import FlopCount, count_flops, fmt_flops
 from pytest_torch.perf.options import MEASURE, UPDATE
@@ -109,11 +109,7 @@ class FlopEngine:
     def fill_case(
         self, result: CaseResult, call: CallCheck, outcome: Outcome, session: PerfSession
     ) -> None:
-        row = outcome.record
-        call.item.user_properties.extend(row.to_properties())  # in the perf table too
-        result.unit = self.unit
-        result.count = None if row.measured is None else int(row.measured)
-        result.baseline_count = None if row.reference is None else int(row.reference)
+        fill_count_case(result, call, outcome)
 
 
 FLOPS = FlopEngine()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_torch.perf.baselines import BaselineFileError
-from pytest_torch.perf.engines.base import CallCheck
+from pytest_torch.perf.engines.base import CallCheck, fill_count_case
 from pytest_torch.perf.engines.instructions import judging, launch, valgrind
 from pytest_torch.perf.engines.instructions.counting import (
     Counted,
@@ -115,11 +115,7 @@ class InstructionEngine:
     def fill_case(
         self, result: CaseResult, call: CallCheck, outcome: Outcome, session: PerfSession
     ) -> None:
-        row = outcome.record
-        call.item.user_properties.extend(row.to_properties())  # in the perf table too
-        result.unit = self.unit
-        result.count = None if row.measured is None else int(row.measured)
-        result.baseline_count = None if row.reference is None else int(row.reference)
+        fill_count_case(result, call, outcome)
 
 
 INSTRUCTIONS = InstructionEngine()
