@@ -1,11 +1,12 @@
 """The sdists: each plugin's ships its tests with what they run with here (the
 repository's pytest.ini and conftest.py at its root), so they run from the unpacked
-sdist; the meta-package's ships none (they check the family's checkout). The release
-check (`tox -e release`) runs every package's whole suite from its sdist."""
+sdist; the meta-package's ships none (they check the family's checkout). Running them
+from the unpacked sdists is the release check's (`tox -e release` runs every package's
+whole suite from its sdist), not repeated here: it would import torch and collect every
+suite once more in this run."""
 
 from __future__ import annotations
 
-import os
 import runpy
 import subprocess
 import sys
@@ -66,39 +67,3 @@ def test_the_sdist_check_wants_the_test_kit_beside_the_tests():
         "lacks src/pytest_torch/",
         "ships no tests",
     ]
-
-
-#: written into an unpacked sdist's tests/: the kit's `run` enables the package's own
-#: plugin in an inner run there too (it reads the package from the sdist's pyproject.toml)
-FROM_THE_SDIST = """
-def test_from_the_sdist(run, pytester):
-    pytester.makepyfile(
-        "def test_inner(request):\\n"
-        "    assert request.config.pluginmanager.has_plugin({plugin!r})\\n"
-    )
-    run().assert_outcomes(passed=1)
-"""
-
-
-@pytest.mark.parametrize("folder", PLUGINS, ids=lambda p: p.name)
-def test_a_plugins_tests_collect_and_run_from_its_unpacked_sdist(sdists, folder, tmp_path):
-    with tarfile.open(sdists[folder.name]) as archive:
-        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-        archive.extractall(tmp_path, **safe)
-    (unpacked,) = tmp_path.iterdir()
-    plugin = "torch_" + folder.name.removeprefix("pytest-torch-")
-    (unpacked / "tests" / "test_from_the_sdist.py").write_text(FROM_THE_SDIST.format(plugin=plugin))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    # every test module is collected (imported) from the sdist; the one above runs
-    command = ["-m", "pytest", "-p", "torch_core", "-p", plugin, "tests"]
-    result = subprocess.run(
-        [sys.executable, *command, "-k", "test_from_the_sdist", "-p", "no:cacheprovider"],
-        cwd=unpacked,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"rootdir: {unpacked}" in result.stdout
-    assert "1 passed" in result.stdout
