@@ -7,17 +7,19 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_torch.core.cpus import available_cores, overrun
 from pytest_torch.core.options import (
-    add_flag_with_ini,
-    add_option_with_ini,
-    float_option,
-    int_option,
-    option_or_ini,
-    option_source,
+    Option,
+    Parse,
+    number,
+    switch,
+    text,
+    unparsed,
+    whole,
 )
 from pytest_torch.core.paths import unwritable
 from pytest_torch.core.session import xdist_worker
@@ -41,115 +43,154 @@ BENCHMARK_PLOT = "--torch-benchmark-plot"
 THREADS = "--torch-perf-threads"
 SLACK_MS = "--torch-perf-slack-ms"
 
-#: an option: flag, ini name, default, metavar (None: an on/off flag), help
-Option = tuple[str, str, str | None, str | None, str]
+
+def writable(*, folder: bool = False) -> Parse[Path | None]:
+    """A path the run writes (a file, or a ``folder``), relative to where pytest was
+    started; None when unset; a usage error when it cannot be written."""
+
+    def parse(option: Option[Any], config: pytest.Config, value: Any) -> Path | None:
+        if not value:
+            return None
+        path = Path(str(value))
+        path = path if path.is_absolute() else config.invocation_params.dir / path
+        problem = unwritable(path, folder=folder)
+        if problem is not None:
+            raise option.error(config, f"cannot write {path}: {problem}. Choose a writable path.")
+        return path
+
+    return parse
+
+
 #: in ``--help`` order, after --torch-perf-measure (which names the engines)
-OPTIONS: tuple[Option, ...] = (
-    (
-        INSTRUCTION_TOLERANCE,
-        "torch_perf_instruction_tolerance",
-        f"{DEFAULT_INSTRUCTION_TOLERANCE:g}",
-        "FRACTION",
-        "With --torch-perf-measure=instructions: how many more instructions than its"
-        " baseline a call may count before it is a regression (0.01 allows 1 percent more).",
-    ),
-    (
-        SLACK_INSTRUCTIONS,
-        "torch_perf_slack_instructions",
-        str(DEFAULT_INSTRUCTION_SLACK),
-        "N",
-        "With --torch-perf-measure=instructions: instructions added to the regression"
-        " limit, for tiny calls.",
-    ),
-    (
-        UPDATE,
-        "torch_update_perf",
-        None,
-        None,
-        "Record perf baselines for this machine instead of comparing.",
-    ),
-    (
-        STRICT,
-        "torch_perf_strict",
-        None,
-        None,
-        "Fail, instead of skip, perf tests without a comparable baseline.",
-    ),
-    (
-        BASELINES,
-        "torch_perf_baselines",
-        ".torch-perf-baselines.json",
-        "PATH",
-        "Baseline file, relative to the rootdir.",
-    ),
-    (
-        MAX_TIME,
-        "torch_perf_max_time",
-        "1.0",
-        "SECONDS",
-        "Longest time one latency measurement samples (warm-up not included).",
-    ),
-    (
-        BUSY_MAX_TIME,
-        "torch_perf_busy_max_time",
-        "3.0",
-        "SECONDS",
-        "On a busy machine, how long one measurement may sample in all to collect"
-        " enough undisturbed samples (at least --torch-perf-max-time).",
-    ),
-    (
-        MIN_UNDISTURBED,
-        "torch_perf_min_undisturbed",
-        "5",
-        "N",
-        "Undisturbed samples (adding up to 20 ms or more) a measurement needs to be"
-        " judged and recorded from them; with fewer it is busy.",
-    ),
-    (
-        FRESH_PROCESSES,
-        "torch_perf_fresh_processes",
-        "10",
-        "N",
-        "Before a call under 1 ms fails for being less than 2.5x its baseline, measure"
-        " it again in a fresh process (address layout alone can slow a short call up to"
-        " 1.8x in one process); at most N per run and xdist worker, 0: never.",
-    ),
-    (
-        BENCHMARK,
-        "torch_benchmark",
-        None,
-        None,
-        "Run the @benchmark_suite cases (deselected otherwise, to keep runs fast).",
-    ),
-    (
-        BENCHMARK_JSON,
-        "torch_benchmark_json",
-        None,
-        "PATH",
-        "Write every benchmark case's figures and the machine fingerprint as JSON.",
-    ),
-    (
-        BENCHMARK_PLOT,
-        "torch_benchmark_plot",
-        None,
-        "DIR",
-        "Draw one PNG per benchmark suite (latency and throughput by batch size).",
-    ),
-    (
-        THREADS,
-        "torch_perf_threads",
-        "1",
-        "N",
-        "torch intra-op threads while latency, perf_baseline and benchmark suites"
-        " measure (restored after), so timings compare with and without -n.",
-    ),
-    (
-        SLACK_MS,
-        "torch_perf_slack_ms",
-        "0.001",
-        "MS",
-        "Absolute slack added to the regression limit, for tiny timings.",
-    ),
+INSTRUCTION_TOLERANCE_OPTION = Option(
+    INSTRUCTION_TOLERANCE,
+    "torch_perf_instruction_tolerance",
+    "With --torch-perf-measure=instructions: how many more instructions than its"
+    " baseline a call may count before it is a regression (0.01 allows 1 percent more).",
+    parse=number(zero=True, example=f"{DEFAULT_INSTRUCTION_TOLERANCE:g}"),
+    default=f"{DEFAULT_INSTRUCTION_TOLERANCE:g}",
+    metavar="FRACTION",
+)
+SLACK_INSTRUCTIONS_OPTION = Option(
+    SLACK_INSTRUCTIONS,
+    "torch_perf_slack_instructions",
+    "With --torch-perf-measure=instructions: instructions added to the regression"
+    " limit, for tiny calls.",
+    parse=whole(minimum=0, example=DEFAULT_INSTRUCTION_SLACK),
+    default=str(DEFAULT_INSTRUCTION_SLACK),
+    metavar="N",
+)
+UPDATE_OPTION = Option(
+    UPDATE,
+    "torch_update_perf",
+    "Record perf baselines for this machine instead of comparing.",
+    parse=switch,
+    kind="switch",
+)
+STRICT_OPTION = Option(
+    STRICT,
+    "torch_perf_strict",
+    "Fail, instead of skip, perf tests without a comparable baseline.",
+    parse=switch,
+    kind="switch",
+)
+BASELINES_OPTION = Option(
+    BASELINES,
+    "torch_perf_baselines",
+    "Baseline file, relative to the rootdir.",
+    parse=text,
+    default=".torch-perf-baselines.json",
+    metavar="PATH",
+)
+MAX_TIME_OPTION = Option(
+    MAX_TIME,
+    "torch_perf_max_time",
+    "Longest time one latency measurement samples (warm-up not included).",
+    parse=number(),
+    default="1.0",
+    metavar="SECONDS",
+)
+BUSY_MAX_TIME_OPTION = Option(
+    BUSY_MAX_TIME,
+    "torch_perf_busy_max_time",
+    "On a busy machine, how long one measurement may sample in all to collect"
+    " enough undisturbed samples (at least --torch-perf-max-time).",
+    parse=number(example="3.0"),
+    default="3.0",
+    metavar="SECONDS",
+)
+MIN_UNDISTURBED_OPTION = Option(
+    MIN_UNDISTURBED,
+    "torch_perf_min_undisturbed",
+    "Undisturbed samples (adding up to 20 ms or more) a measurement needs to be"
+    " judged and recorded from them; with fewer it is busy.",
+    parse=whole(minimum=1, example=5),
+    default="5",
+    metavar="N",
+)
+FRESH_PROCESSES_OPTION = Option(
+    FRESH_PROCESSES,
+    "torch_perf_fresh_processes",
+    "Before a call under 1 ms fails for being less than 2.5x its baseline, measure"
+    " it again in a fresh process (address layout alone can slow a short call up to"
+    " 1.8x in one process); at most N per run and xdist worker, 0: never.",
+    parse=whole(minimum=0, example=10),
+    default="10",
+    metavar="N",
+)
+BENCHMARK_OPTION = Option(
+    BENCHMARK,
+    "torch_benchmark",
+    "Run the @benchmark_suite cases (deselected otherwise, to keep runs fast).",
+    parse=switch,
+    kind="switch",
+)
+BENCHMARK_JSON_OPTION = Option(
+    BENCHMARK_JSON,
+    "torch_benchmark_json",
+    "Write every benchmark case's figures and the machine fingerprint as JSON.",
+    parse=writable(),
+    metavar="PATH",
+)
+BENCHMARK_PLOT_OPTION = Option(
+    BENCHMARK_PLOT,
+    "torch_benchmark_plot",
+    "Draw one PNG per benchmark suite (latency and throughput by batch size).",
+    parse=writable(folder=True),
+    metavar="DIR",
+)
+THREADS_OPTION = Option(
+    THREADS,
+    "torch_perf_threads",
+    "torch intra-op threads while latency, perf_baseline and benchmark suites"
+    " measure (restored after), so timings compare with and without -n.",
+    parse=whole(minimum=1, example=1),
+    default="1",
+    metavar="N",
+)
+SLACK_MS_OPTION = Option(
+    SLACK_MS,
+    "torch_perf_slack_ms",
+    "Absolute slack added to the regression limit, for tiny timings.",
+    parse=number(zero=True, example="0.001"),
+    default="0.001",
+    metavar="MS",
+)
+OPTIONS: tuple[Option[Any], ...] = (
+    INSTRUCTION_TOLERANCE_OPTION,
+    SLACK_INSTRUCTIONS_OPTION,
+    UPDATE_OPTION,
+    STRICT_OPTION,
+    BASELINES_OPTION,
+    MAX_TIME_OPTION,
+    BUSY_MAX_TIME_OPTION,
+    MIN_UNDISTURBED_OPTION,
+    FRESH_PROCESSES_OPTION,
+    BENCHMARK_OPTION,
+    BENCHMARK_JSON_OPTION,
+    BENCHMARK_PLOT_OPTION,
+    THREADS_OPTION,
+    SLACK_MS_OPTION,
 )
 
 
@@ -157,25 +198,22 @@ def add_options(parser: pytest.Parser, engines: Mapping[str, str]) -> None:
     """Declare the perf options, each with its ini twin, in one ``--help`` group
     (``engines``: each measurement engine's name and what it measures)."""
     group = parser.getgroup("torch-perf", "torch-perf: latency budgets and perf baselines")
-    for flag, ini, default, metavar, text in (_measure_option(engines), *OPTIONS):
-        if metavar is None:
-            add_flag_with_ini(parser, group, flag, ini=ini, help=text)
-        else:
-            add_option_with_ini(
-                parser, group, flag, ini=ini, default=default, metavar=metavar, help=text
-            )
+    for option in (measure_option(engines), *OPTIONS):
+        option.add(parser, group)
 
 
-def _measure_option(engines: Mapping[str, str]) -> Option:
-    """--torch-perf-measure, whose help names every engine; the first is the default."""
+def measure_option(engines: Mapping[str, str]) -> Option[Any]:
+    """--torch-perf-measure, whose help names every engine; the first is the default
+    (its value is checked against them by :func:`measure_mode`)."""
     *others, last = [f"{name} ({summary})" for name, summary in engines.items()]
-    return (
+    return Option(
         MEASURE,
         "torch_perf_measure",
-        next(iter(engines)),
-        "MODE",
         f"What perf_baseline and benchmark suites measure and compare: {', '.join(others)}"
         f" or {last}. Latency budgets stay wall-clock.",
+        parse=unparsed,
+        default=next(iter(engines)),
+        metavar="MODE",
     )
 
 
@@ -183,33 +221,25 @@ def read_settings(config: pytest.Config, engines: Mapping[str, str]) -> PerfSett
     """The session's settings from its options (``engines``: each engine's name, the
     values --torch-perf-measure takes, and what it measures); a usage error for a bad
     one."""
-    update = bool(option_or_ini(config, "torch_update_perf"))
-    path = Path(str(option_or_ini(config, "torch_perf_baselines")))
-    instruction_tolerance, slack_instructions = instruction_rule(config)
-    threads = int_option(config, "torch_perf_threads", THREADS, minimum=1, example=1)
+    path = Path(BASELINES_OPTION.read(config) or "")
+    threads = THREADS_OPTION.read(config)
     settings = PerfSettings(
         measure=measure_mode(config, engines),
-        tolerances=(("instruction_tolerance", instruction_tolerance),),
-        slack_instructions=slack_instructions,
-        update=update,
-        strict=bool(option_or_ini(config, "torch_perf_strict")),
+        tolerances=(("instruction_tolerance", INSTRUCTION_TOLERANCE_OPTION.read(config)),),
+        slack_instructions=SLACK_INSTRUCTIONS_OPTION.read(config),
+        update=UPDATE_OPTION.read(config),
+        strict=STRICT_OPTION.read(config),
         baseline_path=path if path.is_absolute() else config.rootpath / path,
-        max_time=float_option(config, "torch_perf_max_time", MAX_TIME),
-        slack_ms=float_option(config, "torch_perf_slack_ms", SLACK_MS, zero=True, example="0.001"),
+        max_time=MAX_TIME_OPTION.read(config),
+        slack_ms=SLACK_MS_OPTION.read(config),
         threads=threads,
         threads_warning=None if xdist_worker(config) else threads_warning(config, threads),
-        busy_max_time=float_option(
-            config, "torch_perf_busy_max_time", BUSY_MAX_TIME, example="3.0"
-        ),
-        min_undisturbed=int_option(
-            config, "torch_perf_min_undisturbed", MIN_UNDISTURBED, minimum=1, example=5
-        ),
-        fresh_processes=int_option(
-            config, "torch_perf_fresh_processes", FRESH_PROCESSES, minimum=0, example=10
-        ),
-        benchmark=bool(option_or_ini(config, "torch_benchmark")),
-        benchmark_json=path_option(config, "torch_benchmark_json"),
-        benchmark_plot=path_option(config, "torch_benchmark_plot", folder=True),
+        busy_max_time=BUSY_MAX_TIME_OPTION.read(config),
+        min_undisturbed=MIN_UNDISTURBED_OPTION.read(config),
+        fresh_processes=FRESH_PROCESSES_OPTION.read(config),
+        benchmark=BENCHMARK_OPTION.read(config),
+        benchmark_json=BENCHMARK_JSON_OPTION.read(config),
+        benchmark_plot=BENCHMARK_PLOT_OPTION.read(config),
     )
     if settings.benchmark_plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise pytest.UsageError(
@@ -219,35 +249,17 @@ def read_settings(config: pytest.Config, engines: Mapping[str, str]) -> PerfSett
     return settings
 
 
-def instruction_rule(config: pytest.Config) -> tuple[float, int]:
-    """The instruction tolerance and slack; a usage error naming the option for a bad one."""
-    tolerance = float_option(
-        config,
-        "torch_perf_instruction_tolerance",
-        INSTRUCTION_TOLERANCE,
-        zero=True,
-        example=f"{DEFAULT_INSTRUCTION_TOLERANCE:g}",
-    )
-    slack = int_option(
-        config,
-        "torch_perf_slack_instructions",
-        SLACK_INSTRUCTIONS,
-        minimum=0,
-        example=DEFAULT_INSTRUCTION_SLACK,
-    )
-    return tolerance, slack
-
-
 def measure_mode(config: pytest.Config, engines: Mapping[str, str]) -> str:
     """``--torch-perf-measure``: one of the ``engines``; a usage error naming its source."""
-    value = str(option_or_ini(config, "torch_perf_measure")).strip()
+    option = measure_option(engines)
+    value = str(option.raw(config)).strip()
     if value not in engines:
-        source = option_source(config, "torch_perf_measure", MEASURE)
         default, *others = engines
         choices = "; ".join(f"{MEASURE}={name}: {engines[name]}" for name in others)
-        raise pytest.UsageError(
-            f"{source}: expected one of {', '.join(engines)}, got {value!r}."
-            f" Example: {choices}; {default}, the default: {engines[default]}"
+        raise option.error(
+            config,
+            f"expected one of {', '.join(engines)}, got {value!r}."
+            f" Example: {choices}; {default}, the default: {engines[default]}",
         )
     return value
 
@@ -264,20 +276,3 @@ def threads_warning(config: pytest.Config, threads: int) -> str | None:
         f" threads wait for a CPU are not judged (machine busy). Use fewer threads or"
         f" fewer workers."
     )
-
-
-def path_option(config: pytest.Config, ini: str, *, folder: bool = False) -> Path | None:
-    """A path the run writes (a file, or a ``folder``), relative to where pytest was
-    started; None when unset; a usage error when it cannot be written."""
-    value = option_or_ini(config, ini)
-    if not value:
-        return None
-    path = Path(str(value))
-    path = path if path.is_absolute() else config.invocation_params.dir / path
-    problem = unwritable(path, folder=folder)
-    if problem is not None:
-        source = option_source(config, ini, "--" + ini.replace("_", "-"))
-        raise pytest.UsageError(
-            f"{source}: cannot write {path}: {problem}. Choose a writable path."
-        )
-    return path
