@@ -427,3 +427,30 @@ class Stopwatch:
             return float(self._start.elapsed_time(self._end)) / 1e3
         synchronize(self.device)
         return time.perf_counter() - self._t0
+
+
+#: the collective backend a device type uses when torch's own map does not say
+_COLLECTIVE_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "xpu": "xccl", "mps": "gloo"}
+
+
+def collective_backend(device_type: str) -> str:
+    """The ``torch.distributed`` backend for tensors on ``device_type``: torch's own
+    default map where it has one (gloo for cpu, nccl for cuda, xccl for xpu), else
+    gloo."""
+    import torch.distributed as dist
+
+    backends = getattr(getattr(dist, "Backend", None), "default_device_backend_map", None) or {}
+    return str(backends.get(device_type) or _COLLECTIVE_BACKENDS.get(device_type, "gloo"))
+
+
+def collective_backend_available(backend: str) -> bool:
+    """Whether this torch build can create process groups with ``backend``."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return False
+    check = getattr(dist, "is_backend_available", None)
+    if callable(check):
+        return bool(check(backend))
+    probe = getattr(dist, f"is_{backend}_available", None)
+    return bool(probe()) if callable(probe) else False

@@ -1,0 +1,222 @@
+"""The pytest process's side: plans each ``torch_distributed`` test at collection,
+keeps one rank pool per (world size, backend, devices), hands each test to its pool
+and turns what the ranks did into one pytest result.
+
+A pool starts at its first test and serves every later one; after a hang, a crash, a
+failure that left ranks behind, or a test that changed process-wide state, it is
+stopped and the next test starts a fresh one. Every pool is stopped at the end of the
+session, at exit, and on Ctrl-C; no rank outlives pytest (see :mod:`.processes`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from pytest_torch.distributed import protocol as msg
+from pytest_torch.distributed.plan import Plan
+from pytest_torch.distributed.pool import PoolStartError, RankPool, TestRun
+from pytest_torch.distributed.reports import merged_reports
+
+#: the teardown report's attribute that carries what a test cost the pool
+REPORT_ATTRIBUTE = "torch_distributed"
+_REACH = "torch_reach"
+
+
+class Controller:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.pools: dict[tuple[int, str, tuple[str, ...]], RankPool] = {}
+        self.nodeids: dict[tuple[int, str, tuple[str, ...]], list[str]] = {}
+        self._workdir: Path | None = None
+        self._closed = False
+        atexit.register(self.close)
+
+    def planned(self, item: pytest.Item, plan: Plan) -> None:
+        if plan.skip is None:
+            self.nodeids.setdefault(plan.pool_key, []).append(item.nodeid)
+
+    @property
+    def workdir(self) -> Path:
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="pytest-torch-distributed-"))
+        return self._workdir
+
+    def run(self, item: pytest.Item, plan: Plan) -> list[pytest.TestReport]:
+        """Run ``item`` on its pool; the reports pytest logs for it."""
+        started = 0.0
+        pool = self.pools.get(plan.pool_key)
+        if pool is None:
+            try:
+                pool = self._start(plan)
+            except PoolStartError as exc:
+                return [
+                    _error(item, "setup", f"the ranks could not start ({plan.describe()}): {exc}")
+                ]
+            started = pool.started_s
+        if item.nodeid in pool.missing:
+            return [
+                _error(
+                    item,
+                    "setup",
+                    f"the ranks could not collect this test: {pool.missing[item.nodeid]}",
+                )
+            ]
+        run = pool.run(item.nodeid, plan.timeout)
+        reports = merged_reports(self.config, item, run)
+        if run.needs_new_pool:
+            pool.close(graceful=run.ending == "done")
+            del self.pools[plan.pool_key]
+        _annotate(reports, plan, run, started)
+        return reports
+
+    def _start(self, plan: Plan) -> RankPool:
+        import torch
+
+        threads = max(1, torch.get_num_threads() // plan.world_size)
+        config = self.config
+        basetemp = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+        args = [str(arg) for arg in config.invocation_params.args]
+        nodeids = self.nodeids.get(plan.pool_key, [])
+        index = sum(1 for _ in self.workdir.iterdir())
+        workdir = self.workdir / f"pool{index}"
+
+        def setup(rank: int, device: str, port: int, stack_file: Path) -> msg.Setup:
+            return msg.Setup(
+                rank=rank,
+                world_size=plan.world_size,
+                backend=plan.backend,
+                device=device,
+                store_host="127.0.0.1",
+                store_port=port,
+                threads=threads,
+                args=args,
+                options={},
+                nodeids=nodeids,
+                sys_path=list(sys.path),
+                basetemp=str(basetemp / f"distributed-rank{rank}"),
+                cache_dir=str(workdir / "cache"),
+                stack_file=str(stack_file),
+            )
+
+        pool = RankPool(plan.world_size, plan.backend, list(plan.devices), workdir, setup)
+        pool.start()
+        self.pools[plan.pool_key] = pool
+        return pool
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+        self.pools.clear()
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+
+def _error(
+    item: pytest.Item, when: Literal["setup", "call", "teardown"], text: str
+) -> pytest.TestReport:
+    now = time.time()
+    return pytest.TestReport(
+        item.nodeid,
+        item.location,
+        {k: 1 for k in item.keywords},
+        "failed",
+        text,
+        when,
+        start=now,
+        stop=now,
+    )
+
+
+def _annotate(reports: list[pytest.TestReport], plan: Plan, run: TestRun, started: float) -> None:
+    """Put what the test cost the pool, and the ranks' reach notes, on the last report
+    (xdist hands them to its controller as plain attributes)."""
+    if not reports:
+        return
+    last = reports[-1]
+    last.__dict__[REPORT_ATTRIBUTE] = {
+        "where": plan.describe(),
+        "started_s": started,
+        "ending": "disturbed" if run.ending == "done" and run.needs_new_pool else run.ending,
+        "disturbed": next((s.disturbed for s in run.ranks if s.disturbed), ""),
+    }
+    for state in run.ranks:
+        for phase in state.phases:
+            if phase.when == "teardown" and phase.report.get(_REACH):
+                last.__dict__[_REACH] = phase.report[_REACH]
+                return
+
+
+class Tally:
+    """The end-of-run line: where the distributed tests ran and what their pools cost;
+    fed by reports, so under xdist the controller counts every worker's tests."""
+
+    def __init__(self) -> None:
+        self.where: Counter[str] = Counter()
+        self.starts: list[float] = []
+        self.endings: Counter[str] = Counter()
+        #: test id -> what it left changed in its ranks
+        self.disturbed: dict[str, str] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        info = getattr(report, REPORT_ATTRIBUTE, None)
+        if not isinstance(info, dict):
+            return
+        self.where[str(info.get("where"))] += 1
+        if info.get("started_s"):
+            self.starts.append(float(info["started_s"]))
+        ending = str(info.get("ending"))
+        if ending != "done":
+            self.endings[ending] += 1
+        if info.get("disturbed"):
+            self.disturbed[report.nodeid] = str(info["disturbed"])
+
+    def lines(self) -> list[str]:
+        if not self.where:
+            return []
+        total = sum(self.where.values())
+        where = "; ".join(f"{text}: {count}" for text, count in sorted(self.where.items()))
+        starts = sorted(self.starts)
+        tests = f"{total} test{'s' if total != 1 else ''}"
+        line = f"torch: {tests} ran on torch.distributed ranks ({where})"
+        if starts:
+            line += (
+                f"; rank pools started {len(starts)} time(s), start-up"
+                f" {starts[len(starts) // 2]:.1f} s median"
+            )
+        words = {
+            "died": "a rank died",
+            "timeout": "a hang",
+            "stopped": "a failure left ranks running",
+            "disturbed": "a test changed process state",
+        }
+        if self.endings:
+            line += "; replaced after " + ", ".join(
+                f"{words.get(k, k)} ({n})" for k, n in sorted(self.endings.items())
+            )
+        shown = [
+            f"torch:   {nodeid}: {text}; its ranks were replaced"
+            for nodeid, text in sorted(self.disturbed.items())[:3]
+        ]
+        return [
+            line,
+            *shown,
+            "torch: the family's checks (torch_max_memory, --torch-leak-check,"
+            " --torch-deterministic, torch_seed) ran inside each rank; a failure names its rank",
+        ]
+
+
+def close_quietly(controller: Controller | None) -> None:
+    if controller is not None:
+        with contextlib.suppress(Exception):
+            controller.close()

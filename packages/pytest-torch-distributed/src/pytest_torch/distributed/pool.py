@@ -1,0 +1,303 @@
+"""The rank pool: N child processes, each a rank with its own pytest session, kept from
+test to test and replaced whenever a test disturbed it.
+
+The controller hosts the rendezvous (a ``TCPStore`` on a port the OS picks, so two
+pools, two xdist workers or two pytest runs never collide), starts the ranks, hands
+each test to every rank and watches them: a rank that dies is noticed at once (its
+pipe closes), a rank still busy after the test's timeout — or a few seconds after
+another rank failed — has its Python stack dumped (``faulthandler`` on SIGUSR1) and
+the pool is stopped. A stopped or disturbed pool is never reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, cast
+
+from pytest_torch.distributed import protocol as msg
+from pytest_torch.distributed.groups import c10d
+from pytest_torch.distributed.processes import describe_exit, kill_group
+from pytest_torch.distributed.stacks import Frame, crash_report, main_stack, read_when_written
+
+#: how long ranks may take to start (import torch, collect) before the pool gives up
+START_TIMEOUT_S = 300.0
+#: once one rank failed, how long the others get to finish before they are stopped
+FAIL_FAST_GRACE_S = 5.0
+#: how long a rank gets to write its stack after SIGUSR1
+STACK_WAIT_S = 2.0
+LOG_TAIL_LINES = 25
+
+
+class PoolStartError(RuntimeError):
+    """The ranks could not be started; the message says which rank and why."""
+
+
+@dataclass
+class RankState:
+    """What one rank did during one test."""
+
+    rank: int
+    phases: list[msg.Phase] = field(default_factory=list)
+    done: bool = False
+    disturbed: str = ""
+    #: exit status when the rank died during the test
+    returncode: int | None = None
+    stack: list[Frame] = field(default_factory=list)
+    log_tail: list[str] = field(default_factory=list)
+    #: the native crash in the rank's log, if it wrote one
+    crash: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(p.outcome == "failed" for p in self.phases)
+
+    @property
+    def last_when(self) -> str | None:
+        return self.phases[-1].when if self.phases else None
+
+
+@dataclass
+class TestRun:
+    """One test on every rank: how it ended, and each rank's part."""
+
+    nodeid: str
+    ranks: list[RankState]
+    #: "done", "died", "timeout" (the test's timeout) or "stopped" (after a failure)
+    ending: str = "done"
+    waited_s: float = 0.0
+
+    @property
+    def needs_new_pool(self) -> bool:
+        return self.ending != "done" or any(r.disturbed for r in self.ranks)
+
+
+@dataclass
+class _Rank:
+    rank: int
+    process: subprocess.Popen[bytes]
+    to_rank: Connection
+    from_rank: Connection
+    log: Path
+    stack_file: Path
+    main_thread: int = 0
+    alive: bool = True
+
+
+class RankPool:
+    """``world_size`` ranks on ``devices`` (one per rank), started by :meth:`start`."""
+
+    def __init__(
+        self,
+        world_size: int,
+        backend: str,
+        devices: list[str],
+        workdir: Path,
+        setup: Callable[[int, str, int, Path], msg.Setup],
+    ) -> None:
+        self.world_size = world_size
+        self.backend = backend
+        self.devices = devices
+        self.workdir = workdir
+        self._setup = setup
+        self._ranks: list[_Rank] = []
+        self._store: Any = None
+        self._seq = 0
+        self.started_s = 0.0
+        self.missing: dict[str, str] = {}
+
+    # -- start and stop ------------------------------------------------------------
+
+    def start(self) -> None:
+        dist = c10d()
+        begun = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        try:
+            for rank in range(self.world_size):
+                self._ranks.append(self._spawn(rank))
+            self._await_ready()
+        except BaseException:
+            self.close(graceful=False)
+            raise
+        self.started_s = time.monotonic() - begun
+
+    def _spawn(self, rank: int) -> _Rank:
+        to_rank_r, to_rank_w = os.pipe()
+        from_rank_r, from_rank_w = os.pipe()
+        log = self.workdir / f"rank{rank}.log"
+        stack_file = self.workdir / f"rank{rank}.stack"
+        stack_file.write_text("")
+        env = dict(os.environ)
+        code = "from pytest_torch.distributed.rank_main import main; main()"
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-c", code, str(to_rank_r), str(from_rank_w), str(os.getpid())],
+                pass_fds=(to_rank_r, from_rank_w),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        os.close(to_rank_r)
+        os.close(from_rank_w)
+        handle = _Rank(
+            rank,
+            process,
+            Connection(to_rank_w, readable=False),
+            Connection(from_rank_r, writable=False),
+            log,
+            stack_file,
+        )
+        setup = self._setup(rank, self.devices[rank], int(self._store.port), stack_file)
+        handle.to_rank.send(setup)
+        return handle
+
+    def _await_ready(self) -> None:
+        waiting = {r.rank: r for r in self._ranks}
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while waiting:
+            for rank in list(waiting.values()):
+                if rank.process.poll() is not None:
+                    raise PoolStartError(self._start_failure(rank))
+            ready = wait([r.from_rank for r in waiting.values()], timeout=0.2)
+            for handle in [r for r in waiting.values() if r.from_rank in ready]:
+                try:
+                    answer = handle.from_rank.recv()
+                except (EOFError, OSError):
+                    handle.process.wait(timeout=5)
+                    raise PoolStartError(self._start_failure(handle)) from None
+                if isinstance(answer, msg.Broken):
+                    raise PoolStartError(f"rank {handle.rank} could not start: {answer.text}")
+                if isinstance(answer, msg.Ready):
+                    handle.main_thread = answer.main_thread
+                    self.missing.update(answer.missing)
+                    del waiting[handle.rank]
+            if waiting and time.monotonic() > deadline:
+                raise PoolStartError(
+                    f"rank(s) {', '.join(map(str, sorted(waiting)))} of {self.world_size} did not"
+                    f" start within {START_TIMEOUT_S:.0f} s (importing torch and collecting the"
+                    f" tests); their output is in {self.workdir}"
+                )
+
+    def _start_failure(self, rank: _Rank) -> str:
+        code = rank.process.poll()
+        tail = "\n".join(log_tail(rank.log))
+        return f"rank {rank.rank} {describe_exit(code)} while starting. Its output:\n{tail}"
+
+    def close(self, graceful: bool = True) -> None:
+        """Stop every rank (politely first when ``graceful``) and the rendezvous."""
+        for rank in self._ranks:
+            if graceful and rank.alive and rank.process.poll() is None:
+                with contextlib.suppress(OSError, ValueError):
+                    rank.to_rank.send(msg.Stop())
+        deadline = time.monotonic() + (5.0 if graceful else 0.0)
+        for rank in self._ranks:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                rank.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            kill_group(rank.process.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                rank.process.wait(timeout=5)
+            for conn in (rank.to_rank, rank.from_rank):
+                with contextlib.suppress(OSError):
+                    conn.close()
+        self._ranks = []
+        self._store = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [r.process.pid for r in self._ranks]
+
+    # -- one test ------------------------------------------------------------------
+
+    def run(self, nodeid: str, timeout: float) -> TestRun:
+        """Run ``nodeid`` on every rank and watch it until every rank is done, one dies,
+        the timeout passes, or the others overrun a failure by the grace period."""
+        self._seq += 1
+        seq = self._seq
+        run = TestRun(nodeid, [RankState(r.rank) for r in self._ranks])
+        for rank in self._ranks:
+            # the process group's own timeout is longer than ours: the controller sees
+            # the hang first and dumps each rank's stack while it is still there
+            rank.to_rank.send(msg.Run(seq, nodeid, timeout + 60.0))
+        begun = time.monotonic()
+        failed_at: float | None = None
+        while True:
+            self._receive(run, seq, timeout=0.1)
+            now = time.monotonic()
+            run.waited_s = now - begun
+            if all(state.done for state in run.ranks):
+                return run
+            if any(state.returncode is not None for state in run.ranks):
+                run.ending = "died"
+                self._receive(run, seq, timeout=0.3)  # what the others still send
+                break
+            if failed_at is None and any(state.failed for state in run.ranks):
+                failed_at = now
+            if failed_at is not None and now - failed_at > min(FAIL_FAST_GRACE_S, timeout):
+                run.ending = "stopped"
+                break
+            if now - begun > timeout:
+                run.ending = "timeout"
+                break
+        self._dump_stacks(run)
+        self.close(graceful=False)
+        return run
+
+    def _receive(self, run: TestRun, seq: int, timeout: float) -> None:
+        handles = {r.from_rank: r for r in self._ranks if r.alive}
+        for ready in wait(list(handles), timeout=timeout):
+            conn = cast(Connection, ready)
+            handle = handles[conn]
+            state = run.ranks[handle.rank]
+            try:
+                while conn.poll():
+                    self._take(state, conn.recv(), seq)
+            except (EOFError, OSError):
+                handle.alive = False
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    handle.process.wait(timeout=2)
+                state.returncode = handle.process.poll()
+                if state.returncode is None:
+                    state.returncode = -signal.SIGKILL
+                state.log_tail = log_tail(handle.log)
+                with contextlib.suppress(OSError):
+                    state.crash = crash_report(handle.log.read_text(errors="replace"))
+
+    @staticmethod
+    def _take(state: RankState, answer: object, seq: int) -> None:
+        if isinstance(answer, msg.Phase) and answer.seq == seq:
+            state.phases.append(answer)
+        elif isinstance(answer, msg.Done) and answer.seq == seq:
+            state.done = True
+            state.disturbed = answer.disturbed
+        elif isinstance(answer, msg.Broken):
+            state.disturbed = answer.text
+
+    def _dump_stacks(self, run: TestRun) -> None:
+        busy = [r for r in self._ranks if r.alive and not run.ranks[r.rank].done]
+        for rank in busy:
+            with contextlib.suppress(OSError):
+                rank.stack_file.write_text("")
+                os.kill(rank.process.pid, signal.SIGUSR1)
+        for rank in busy:
+            text = read_when_written(rank.stack_file, STACK_WAIT_S)
+            run.ranks[rank.rank].stack = main_stack(text, rank.main_thread)
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last lines a rank wrote to its own output."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return text.rstrip().splitlines()[-lines:]

@@ -1,0 +1,67 @@
+"""Child processes that cannot outlive their parent, and what their exit means.
+
+A rank is started in a session of its own (so Ctrl-C in the terminal reaches only
+pytest, which then stops the ranks, and a rank's own children are stopped with it),
+asks the kernel to kill it when pytest dies (Linux), and watches its parent itself
+everywhere else. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+
+#: Linux prctl option: a signal for this process when its parent dies
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this process exit when ``parent_pid`` does: the kernel's parent-death
+    signal where there is one, and a watcher thread that polls the parent always."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before we asked
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="pytest-torch-parent-watch", daemon=True).start()
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a rank and every process in its session."""
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def describe_exit(returncode: int | None, plural: bool = False) -> str:
+    """``-9`` -> "was killed by SIGKILL (...)", ``3`` -> "exited with code 3"."""
+    if returncode is None:
+        return "are still running" if plural else "is still running"
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    number = -returncode
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    why = {
+        "SIGKILL": " — the kernel's out-of-memory killer is the usual cause (see dmesg)",
+        "SIGSEGV": " — a crash in native code",
+        "SIGABRT": " — an abort in native code (a failed check in torch or a library)",
+        "SIGBUS": " — a crash in native code, often a full /dev/shm",
+    }.get(name, "")
+    return f"{'were' if plural else 'was'} killed by {name}{why}"

@@ -1,0 +1,87 @@
+"""What the controller (the pytest process) and its ranks say to each other.
+
+Each rank is a child process that reads :class:`Setup` once, then :class:`Run` per test
+until :class:`Stop`; it answers with :class:`Ready` once its pytest session has
+collected the tests it may be asked to run, then one :class:`Phase` per test phase as
+it happens (so a rank that hangs or dies is known to be in setup, call or teardown) and
+:class:`Done` when the test's teardown is over. Messages are pickled over a pipe
+(``multiprocessing.connection``); nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a rank needs to join the pool and start its pytest session."""
+
+    rank: int
+    world_size: int
+    backend: str
+    #: the rank's device, "cpu" or e.g. "cuda:1"
+    device: str
+    store_host: str
+    store_port: int
+    threads: int
+    #: the controller's command line (plugins, options), its resolved options and the
+    #: test ids this rank collects
+    args: list[str]
+    options: dict[str, Any]
+    nodeids: list[str]
+    sys_path: list[str]
+    basetemp: str
+    cache_dir: str
+    #: faulthandler writes every thread's stack here on SIGUSR1
+    stack_file: str
+
+
+@dataclass(frozen=True)
+class Run:
+    seq: int
+    nodeid: str
+    #: the process group's own timeout, seconds
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+@dataclass(frozen=True)
+class Ready:
+    rank: int
+    #: the thread that runs the tests (its stack is the one a person reads)
+    main_thread: int
+    #: test id -> why this rank could not collect it
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase's report, serialized by ``pytest_report_to_serializable``."""
+
+    seq: int
+    rank: int
+    when: str
+    outcome: str
+    report: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Done:
+    seq: int
+    rank: int
+    #: what the test left changed in the rank (the pool is then replaced), or ""
+    disturbed: str = ""
+
+
+@dataclass(frozen=True)
+class Broken:
+    """The rank cannot go on (its session failed to start, a message it cannot read)."""
+
+    rank: int
+    text: str

@@ -1,0 +1,201 @@
+"""A rank's pytest session: the controller's command line, narrowed to the distributed
+tests, serving one test at a time.
+
+The session is started like a pytest-xdist worker's (the same plugins and options,
+re-parsed from the command line; nothing that writes the run's reports), collects only
+the test ids the controller names, and replaces pytest's run loop with
+:class:`RankRunner`, which waits for the controller: for each test it opens a fresh
+default process group on the pool's rendezvous, runs pytest's own protocol (fixtures
+evaluated here, in the rank), streams each phase's report back, closes the group and
+says whether the test left the process changed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pytest
+
+from pytest_torch.distributed import protocol as msg
+from pytest_torch.distributed.groups import c10d, group_for_test
+from pytest_torch.distributed.world import RankInfo, rank_key
+
+#: options that are the controller's alone: its reports, its selection, its workers
+_CONTROLLER_ONLY: dict[str, Any] = {
+    "numprocesses": None,
+    "maxprocesses": None,
+    "dist": "no",
+    "distload": False,
+    "looponfail": False,
+    "usepdb": False,
+    "xmlpath": None,
+    "htmlpath": None,
+    "resultlog": None,
+    "lf": False,
+    "failedfirst": False,
+    "newfirst": False,
+    "stepwise": False,
+    "stepwise_skip": False,
+    "keyword": "",
+    "markexpr": "",
+    "deselect": [],
+    "exitfirst": False,
+    "maxfail": 0,
+}
+
+
+def run_session(setup: msg.Setup, inbox: Connection, outbox: Connection) -> int:
+    """Start this rank's pytest session and serve tests until told to stop."""
+    from _pytest.config import _prepareconfig
+
+    args = [*setup.args, "-o", f"cache_dir={setup.cache_dir}", "-p", "no:randomly"]
+    config = _prepareconfig(args, None)
+    for name, value in {**_CONTROLLER_ONLY, "basetemp": setup.basetemp}.items():
+        if hasattr(config.option, name) or name == "basetemp":
+            setattr(config.option, name, value)
+    config.args = list(setup.nodeids)
+    config.stash[rank_key] = RankInfo(setup.rank, setup.world_size, setup.rank, setup.device)
+    config.pluginmanager.register(RankRunner(setup, inbox, outbox), "torch_distributed_rank")
+    code = config.hook.pytest_cmdline_main(config=config)
+    return int(code or 0)
+
+
+class RankRunner:
+    """The rank's run loop and its reports (registered in the rank's session only)."""
+
+    def __init__(self, setup: msg.Setup, inbox: Connection, outbox: Connection) -> None:
+        self.setup = setup
+        self.inbox = inbox
+        self.outbox = outbox
+        self.items: dict[str, pytest.Item] = {}
+        self.collect_errors: dict[str, str] = {}
+        self.seq = 0
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        # the controller reports; a rank's own output is its log, kept for what pytest
+        # does not capture (a crash, native libraries' messages)
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            config.pluginmanager.unregister(reporter)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.items = {item.nodeid: item for item in items}
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.collect_errors[report.nodeid] = str(report.longreprtext)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_torch_resolve_device(self, device_type: str) -> str | None:
+        device = self.setup.device
+        return device if device.split(":")[0] == device_type else None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.seq:
+            return
+        config = self._config
+        data = config.hook.pytest_report_to_serializable(config=config, report=report)
+        self.outbox.send(msg.Phase(self.seq, self.setup.rank, report.when, report.outcome, data))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        import torch
+
+        dist = c10d()
+        self._config = session.config
+        torch.set_num_threads(self.setup.threads)
+        self.store = dist.TCPStore(
+            self.setup.store_host,
+            self.setup.store_port,
+            is_master=False,
+            timeout=datetime.timedelta(seconds=300),
+        )
+        missing = {
+            nodeid: self._why_missing(nodeid)
+            for nodeid in self.setup.nodeids
+            if nodeid not in self.items
+        }
+        main_thread = threading.main_thread().ident or 0
+        self.outbox.send(msg.Ready(self.setup.rank, main_thread, missing))
+        while True:
+            try:
+                order = self.inbox.recv()
+            except EOFError:
+                return True
+            if isinstance(order, msg.Stop):
+                return True
+            if isinstance(order, msg.Run):
+                self._run(order)
+
+    def _why_missing(self, nodeid: str) -> str:
+        for collector, text in self.collect_errors.items():
+            if nodeid.startswith(collector):
+                return text
+        return "the rank's collection did not produce this test id"
+
+    def _run(self, order: msg.Run) -> None:
+        item = self.items.get(order.nodeid)
+        if item is None:
+            self.outbox.send(msg.Done(order.seq, self.setup.rank, "not collected"))
+            return
+        before = state()
+        self.seq = order.seq
+        setup = self.setup
+        try:
+            with group_for_test(
+                self.store,
+                f"test{order.seq}/",
+                setup.backend,
+                setup.rank,
+                setup.world_size,
+                order.timeout,
+                setup.device,
+            ):
+                item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
+        finally:
+            self.seq = 0
+        self.outbox.send(msg.Done(order.seq, self.setup.rank, changes(before, state())))
+
+
+#: variables set by torch the first time a module is imported, and by pytest per test
+_TORCH_OWN_VARIABLES = ("TORCHINDUCTOR_", "TRITON_", "TORCH_COMPILE_", "PYTEST_CURRENT_TEST")
+
+
+def state() -> dict[str, object]:
+    """Process-wide settings a test could leave changed for the next one."""
+    import torch
+
+    return {
+        "torch.get_default_dtype()": torch.get_default_dtype(),
+        "torch.is_grad_enabled()": torch.is_grad_enabled(),
+        "torch.are_deterministic_algorithms_enabled()": (
+            torch.are_deterministic_algorithms_enabled()
+        ),
+        "torch.get_num_threads()": torch.get_num_threads(),
+        "the environment variables": sorted(
+            name for name in os.environ if not name.startswith(_TORCH_OWN_VARIABLES)
+        ),
+    }
+
+
+def changes(before: dict[str, object], after: dict[str, object]) -> str:
+    """What differs, e.g. "the test left torch.get_num_threads() at 4 (was 1)"."""
+    changed = []
+    for name, value in before.items():
+        now = after[name]
+        if value == now:
+            continue
+        if isinstance(value, list) and isinstance(now, list):
+            added = sorted(set(now) - set(value))
+            removed = sorted(set(value) - set(now))
+            what = ", ".join([*(f"+{v}" for v in added), *(f"-{v}" for v in removed)])
+            changed.append(f"{name} changed ({what})")
+        else:
+            changed.append(f"{name} at {now!r} (was {value!r})")
+    return f"the test left {'; '.join(changed)}" if changed else ""

@@ -1,0 +1,160 @@
+"""A rank that dies is reported at once with its exit status; a hang fails after the
+timeout with every rank's stack; the next test runs on a fresh pool; no rank outlives
+the test run."""
+
+from __future__ import annotations
+
+import pytest
+
+SUITE = """
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+from conftest import note_pid
+
+
+@pytest.mark.torch_distributed(world_size=2)
+def test_1_rank_dies(rank):
+    note_pid()
+    if rank == 1:
+        os._exit(3)
+    dist.barrier()
+
+
+@pytest.mark.torch_distributed(world_size=2, timeout=3)
+def test_2_rank_never_joins(rank):
+    note_pid()
+    if rank == 0:
+        dist.all_reduce(torch.ones(1))
+    else:
+        time.sleep(120)
+
+
+@pytest.mark.torch_distributed(world_size=2)
+def test_3_next_test_runs(rank):
+    note_pid()
+    dist.barrier()
+"""
+
+
+def test_death_and_hang_fail_with_what_each_rank_did(run, pytester, rank_pids, still_alive) -> None:
+    pytester.makepyfile(test_s=SUITE)
+    result = run("-rA")
+    result.assert_outcomes(failed=2, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_1_rank_dies _*",
+            "rank 1 of 2 exited with code 3 during call (* s into the test)",
+            "*- rank 1: died -*",
+            "*_ test_2_rank_never_joins _*",
+            "timed out after 3 s: ranks 0, 1 of 2 did not finish call (rank 0 waiting in"
+            " all_reduce, called at test_s.py:22 in test_2_rank_never_joins; rank 1 busy at"
+            " *test_s.py:24 in test_2_rank_never_joins, in no collective)*",
+            "*- rank 0: stopped -*",
+            "rank 0 was still running, in all_reduce, called at *test_s.py:22*",
+            "its Python stack when it was stopped (most recent call last):",
+            "  *test_s.py:22 in test_2_rank_never_joins",
+            "  */torch/distributed/distributed_c10d.py:* in all_reduce",
+            "*rank pools started 3 time(s)*; replaced after a rank died (1), a hang (1)",
+            "FAILED test_s.py::test_1_rank_dies - rank 1 of 2 exited with code 3*",
+            "FAILED test_s.py::test_2_rank_never_joins - timed out after 3 s*",
+        ]
+    )
+    pids = rank_pids()
+    assert len(pids) == 6  # three pools of two ranks
+    assert still_alive(pids) == []
+
+
+def test_a_signal_and_a_native_crash_are_named(run, pytester) -> None:
+    pytester.makepyfile(
+        test_s="""
+        import ctypes
+        import os
+        import signal
+
+        import pytest
+        import torch.distributed as dist
+
+        @pytest.mark.torch_distributed(world_size=2)
+        def test_crash(rank):
+            if rank == 0:
+                ctypes.string_at(0)
+            dist.barrier()
+
+        @pytest.mark.torch_distributed(world_size=2)
+        def test_killed(rank):
+            if rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            dist.barrier()
+        """
+    )
+    result = run("-rA")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "rank 0 of 2 was killed by SIGSEGV — a crash in native code during call*",
+            "Fatal Python error: Segmentation fault",
+            "its Python stack (most recent call last):",
+            "  *test_s.py:11 in test_crash",
+            "rank 1 of 2 was killed by SIGKILL — the kernel's out-of-memory killer is the usual"
+            " cause (see dmesg) during call*",
+        ]
+    )
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+def test_no_rank_outlives_an_interrupted_or_killed_pytest(
+    pytester, rank_pids, still_alive, how
+) -> None:
+    """Ctrl-C (SIGINT to pytest) stops the ranks on the way out; a pytest killed outright
+    takes its ranks with it (the kernel's parent-death signal, and each rank's watcher)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytester.makepyfile(
+        test_s="""
+        import time
+        import pytest
+        from conftest import note_pid
+
+        @pytest.mark.torch_distributed(world_size=2, timeout=300)
+        def test_waits(rank):
+            note_pid()
+            time.sleep(300)
+        """
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "torch_distributed",
+            "-p",
+            "no:randomly",
+            "test_s.py",
+        ],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(rank_pids()) < 2 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.2)
+        pids = rank_pids()
+        assert len(pids) == 2, process.communicate(timeout=30)[0].decode()
+        os.kill(process.pid, getattr(signal, how))
+        output = process.communicate(timeout=60)[0].decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert still_alive(pids) == [], output
+    if how == "SIGINT":
+        assert "KeyboardInterrupt" in output
