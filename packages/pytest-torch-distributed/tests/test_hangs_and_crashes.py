@@ -20,7 +20,7 @@ from conftest import note_pid
 def test_1_rank_dies(rank):
     note_pid()
     if rank == 1:
-        os._exit(3)
+        os._exit(7)
     dist.barrier()
 
 
@@ -47,7 +47,7 @@ def test_death_and_hang_fail_with_what_each_rank_did(run, pytester, rank_pids, s
     result.stdout.fnmatch_lines(
         [
             "*_ test_1_rank_dies _*",
-            "rank 1 of 2 exited with code 3 during call (* s into the test)",
+            "rank 1 of 2 exited with code 7 during call (* s into the test)",
             "*- rank 1: died -*",
             "*_ test_2_rank_never_joins _*",
             "timed out after 3 s: ranks 0, 1 of 2 did not finish call (rank 0 waiting in"
@@ -59,7 +59,7 @@ def test_death_and_hang_fail_with_what_each_rank_did(run, pytester, rank_pids, s
             "  *test_s.py:22 in test_2_rank_never_joins",
             "  */torch/distributed/distributed_c10d.py:* in all_reduce",
             "*rank pools started 3 time(s)*; replaced after a rank died (1), a hang (1)",
-            "FAILED test_s.py::test_1_rank_dies - rank 1 of 2 exited with code 3*",
+            "FAILED test_s.py::test_1_rank_dies - rank 1 of 2 exited with code 7*",
             "FAILED test_s.py::test_2_rank_never_joins - timed out after 3 s*",
         ]
     )

@@ -24,12 +24,11 @@ import pytest
 
 from pytest_torch.distributed import protocol as msg
 from pytest_torch.distributed.plan import Plan
-from pytest_torch.distributed.pool import PoolStartError, RankPool, TestRun
+from pytest_torch.distributed.pool import PoolStartError, RankPool, RankRun
 from pytest_torch.distributed.reports import merged_reports
 
 #: the teardown report's attribute that carries what a test cost the pool
 REPORT_ATTRIBUTE = "torch_distributed"
-_REACH = "torch_reach"
 
 
 class Controller:
@@ -38,6 +37,8 @@ class Controller:
         self.pools: dict[tuple[int, str, tuple[str, ...]], RankPool] = {}
         self.nodeids: dict[tuple[int, str, tuple[str, ...]], list[str]] = {}
         self._workdir: Path | None = None
+        #: pool key -> why its ranks could not start
+        self.start_failures: dict[tuple[int, str, tuple[str, ...]], str] = {}
         self._closed = False
         atexit.register(self.close)
 
@@ -54,23 +55,25 @@ class Controller:
     def run(self, item: pytest.Item, plan: Plan) -> list[pytest.TestReport]:
         """Run ``item`` on its pool; the reports pytest logs for it."""
         started = 0.0
+        failed_start = self.start_failures.get(plan.pool_key)
+        if failed_start is not None:
+            return [_error(item, "setup", failed_start)]
         pool = self.pools.get(plan.pool_key)
         if pool is None:
             try:
                 pool = self._start(plan)
             except PoolStartError as exc:
-                return [
-                    _error(item, "setup", f"the ranks could not start ({plan.describe()}): {exc}")
-                ]
+                text = f"the ranks could not start ({plan.describe()}): {exc}"
+                # the same command line starts them the same way: not again in this run
+                self.start_failures[plan.pool_key] = f"{text}\n(first seen at {item.nodeid})"
+                return [_error(item, "setup", text)]
             started = pool.started_s
-        if item.nodeid in pool.missing:
-            return [
-                _error(
-                    item,
-                    "setup",
-                    f"the ranks could not collect this test: {pool.missing[item.nodeid]}",
-                )
-            ]
+        problem = pool.missing.get(item.nodeid)
+        if problem is not None:
+            kind, why = problem
+            if kind == "skipped":
+                return [_skipped(item, f"skipped in the ranks' collection: {why}")]
+            return [_error(item, "setup", f"the ranks could not collect this test:\n{why}")]
         run = pool.run(item.nodeid, plan.timeout)
         reports = merged_reports(self.config, item, run)
         if run.needs_new_pool:
@@ -138,9 +141,24 @@ def _error(
     )
 
 
-def _annotate(reports: list[pytest.TestReport], plan: Plan, run: TestRun, started: float) -> None:
-    """Put what the test cost the pool, and the ranks' reach notes, on the last report
-    (xdist hands them to its controller as plain attributes)."""
+def _skipped(item: pytest.Item, why: str) -> pytest.TestReport:
+    now = time.time()
+    lineno = item.location[1]
+    return pytest.TestReport(
+        item.nodeid,
+        item.location,
+        {k: 1 for k in item.keywords},
+        "skipped",
+        (str(item.path), (lineno or 0) + 1, why),
+        "setup",
+        start=now,
+        stop=now,
+    )
+
+
+def _annotate(reports: list[pytest.TestReport], plan: Plan, run: RankRun, started: float) -> None:
+    """Put what the test cost the pool on the last report (xdist hands it to its
+    controller as a plain attribute)."""
     if not reports:
         return
     last = reports[-1]
@@ -150,11 +168,6 @@ def _annotate(reports: list[pytest.TestReport], plan: Plan, run: TestRun, starte
         "ending": "disturbed" if run.ending == "done" and run.needs_new_pool else run.ending,
         "disturbed": next((s.disturbed for s in run.ranks if s.disturbed), ""),
     }
-    for state in run.ranks:
-        for phase in state.phases:
-            if phase.when == "teardown" and phase.report.get(_REACH):
-                last.__dict__[_REACH] = phase.report[_REACH]
-                return
 
 
 class Tally:

@@ -41,6 +41,10 @@ TORCHRUN = "torch_distributed_torchrun"
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     require_core(pluginmanager, "torch_distributed")
+    if launched_by_torchrun():
+        from pytest_torch.distributed.torchrun import quiet_unless_rank_zero
+
+        quiet_unless_rank_zero(pluginmanager)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

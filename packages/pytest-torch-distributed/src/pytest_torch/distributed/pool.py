@@ -66,7 +66,7 @@ class RankState:
 
 
 @dataclass
-class TestRun:
+class RankRun:
     """One test on every rank: how it ended, and each rank's part."""
 
     nodeid: str
@@ -74,6 +74,8 @@ class TestRun:
     #: "done", "died", "timeout" (the test's timeout) or "stopped" (after a failure)
     ending: str = "done"
     waited_s: float = 0.0
+    #: when the first rank failed or died, seconds into the test
+    failed_s: float = 0.0
 
     @property
     def needs_new_pool(self) -> bool:
@@ -112,7 +114,7 @@ class RankPool:
         self._store: Any = None
         self._seq = 0
         self.started_s = 0.0
-        self.missing: dict[str, str] = {}
+        self.missing: dict[str, tuple[str, str]] = {}
 
     # -- start and stop ------------------------------------------------------------
 
@@ -219,41 +221,53 @@ class RankPool:
 
     # -- one test ------------------------------------------------------------------
 
-    def run(self, nodeid: str, timeout: float) -> TestRun:
+    def run(self, nodeid: str, timeout: float) -> RankRun:
         """Run ``nodeid`` on every rank and watch it until every rank is done, one dies,
         the timeout passes, or the others overrun a failure by the grace period."""
         self._seq += 1
         seq = self._seq
-        run = TestRun(nodeid, [RankState(r.rank) for r in self._ranks])
+        run = RankRun(nodeid, [RankState(r.rank) for r in self._ranks])
         for rank in self._ranks:
             # the process group's own timeout is longer than ours: the controller sees
             # the hang first and dumps each rank's stack while it is still there
             rank.to_rank.send(msg.Run(seq, nodeid, timeout + 60.0))
         begun = time.monotonic()
+        try:
+            self._watch(run, seq, timeout, begun)
+        except BaseException:  # Ctrl-C while the ranks run: stop them at once
+            self.close(graceful=False)
+            raise
+        if run.ending != "done":
+            self._dump_stacks(run)
+            self.close(graceful=False)
+        return run
+
+    def _watch(self, run: RankRun, seq: int, timeout: float, begun: float) -> None:
+        """Receive until every rank is done; or until the others had the grace period to
+        finish after a rank failed or died; or until the timeout."""
         failed_at: float | None = None
         while True:
             self._receive(run, seq, timeout=0.1)
             now = time.monotonic()
             run.waited_s = now - begun
-            if all(state.done for state in run.ranks):
-                return run
-            if any(state.returncode is not None for state in run.ranks):
-                run.ending = "died"
-                self._receive(run, seq, timeout=0.3)  # what the others still send
-                break
-            if failed_at is None and any(state.failed for state in run.ranks):
+            if all(state.done or state.returncode is not None for state in run.ranks):
+                if any(state.returncode is not None for state in run.ranks):
+                    run.ending = "died"
+                return
+            if failed_at is None and any(
+                state.failed or state.returncode is not None for state in run.ranks
+            ):
                 failed_at = now
+                run.failed_s = now - begun
             if failed_at is not None and now - failed_at > min(FAIL_FAST_GRACE_S, timeout):
-                run.ending = "stopped"
-                break
+                died = any(state.returncode is not None for state in run.ranks)
+                run.ending = "died" if died else "stopped"
+                return
             if now - begun > timeout:
                 run.ending = "timeout"
-                break
-        self._dump_stacks(run)
-        self.close(graceful=False)
-        return run
+                return
 
-    def _receive(self, run: TestRun, seq: int, timeout: float) -> None:
+    def _receive(self, run: RankRun, seq: int, timeout: float) -> None:
         handles = {r.from_rank: r for r in self._ranks if r.alive}
         for ready in wait(list(handles), timeout=timeout):
             conn = cast(Connection, ready)
@@ -283,7 +297,7 @@ class RankPool:
         elif isinstance(answer, msg.Broken):
             state.disturbed = answer.text
 
-    def _dump_stacks(self, run: TestRun) -> None:
+    def _dump_stacks(self, run: RankRun) -> None:
         busy = [r for r in self._ranks if r.alive and not run.ranks[r.rank].done]
         for rank in busy:
             with contextlib.suppress(OSError):

@@ -47,12 +47,19 @@ def kill_group(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+#: what a rank's own pytest session exits with when it cannot go on
+_PYTEST_CODES = {
+    2: " (also pytest's status for an interrupted session: a KeyboardInterrupt in the test?)",
+    3: " (also pytest's status for an internal error in the rank's session)",
+}
+
+
 def describe_exit(returncode: int | None, plural: bool = False) -> str:
     """``-9`` -> "was killed by SIGKILL (...)", ``3`` -> "exited with code 3"."""
     if returncode is None:
         return "are still running" if plural else "is still running"
     if returncode >= 0:
-        return f"exited with code {returncode}"
+        return f"exited with code {returncode}{_PYTEST_CODES.get(returncode, '')}"
     number = -returncode
     try:
         name = signal.Signals(number).name

@@ -56,8 +56,8 @@ class Ready:
     rank: int
     #: the thread that runs the tests (its stack is the one a person reads)
     main_thread: int
-    #: test id -> why this rank could not collect it
-    missing: dict[str, str] = field(default_factory=dict)
+    #: test id -> ("skipped" or "error", why this rank could not collect it)
+    missing: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 import threading
 from multiprocessing.connection import Connection
 from typing import Any
@@ -52,12 +53,17 @@ def run_session(setup: msg.Setup, inbox: Connection, outbox: Connection) -> int:
     """Start this rank's pytest session and serve tests until told to stop."""
     from _pytest.config import _prepareconfig
 
-    args = [*setup.args, "-o", f"cache_dir={setup.cache_dir}", "-p", "no:randomly"]
+    args = [*setup.args, "-p", "no:randomly"]
+    if "no:cacheprovider" not in " ".join(setup.args).replace("-p ", ""):
+        args += ["-o", f"cache_dir={setup.cache_dir}"]  # the run's cache is the controller's
     config = _prepareconfig(args, None)
     for name, value in {**_CONTROLLER_ONLY, "basetemp": setup.basetemp}.items():
         if hasattr(config.option, name) or name == "basetemp":
             setattr(config.option, name, value)
-    config.args = list(setup.nodeids)
+    # the files, not the test ids: a test a rank cannot collect (a module skipped or
+    # failing to import only there) is then told apart from the others
+    files = dict.fromkeys(nodeid.split("::")[0] for nodeid in setup.nodeids)
+    config.args = [str(config.rootpath / file) for file in files]
     config.stash[rank_key] = RankInfo(setup.rank, setup.world_size, setup.rank, setup.device)
     config.pluginmanager.register(RankRunner(setup, inbox, outbox), "torch_distributed_rank")
     code = config.hook.pytest_cmdline_main(config=config)
@@ -72,7 +78,8 @@ class RankRunner:
         self.inbox = inbox
         self.outbox = outbox
         self.items: dict[str, pytest.Item] = {}
-        self.collect_errors: dict[str, str] = {}
+        #: collector id -> ("skipped" or "error", why)
+        self.collect_problems: dict[str, tuple[str, str]] = {}
         self.seq = 0
 
     @pytest.hookimpl(trylast=True)
@@ -89,7 +96,11 @@ class RankRunner:
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self.collect_errors[report.nodeid] = str(report.longreprtext)
+            self.collect_problems[report.nodeid] = ("error", str(report.longreprtext))
+        elif report.skipped:
+            longrepr = report.longrepr
+            why = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+            self.collect_problems[report.nodeid] = ("skipped", why)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_torch_resolve_device(self, device_type: str) -> str | None:
@@ -126,18 +137,22 @@ class RankRunner:
         while True:
             try:
                 order = self.inbox.recv()
-            except EOFError:
-                return True
+            except EOFError:  # the controller is gone
+                order = msg.Stop()
             if isinstance(order, msg.Stop):
-                return True
+                # the run's reports, summaries, cache and files are the controller's: a
+                # rank ends here, before any plugin's end-of-session work
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
             if isinstance(order, msg.Run):
                 self._run(order)
 
-    def _why_missing(self, nodeid: str) -> str:
-        for collector, text in self.collect_errors.items():
+    def _why_missing(self, nodeid: str) -> tuple[str, str]:
+        for collector, problem in self.collect_problems.items():
             if nodeid.startswith(collector):
-                return text
-        return "the rank's collection did not produce this test id"
+                return problem
+        return ("error", "the rank's collection did not produce this test id")
 
     def _run(self, order: msg.Run) -> None:
         item = self.items.get(order.nodeid)
@@ -178,9 +193,11 @@ def state() -> dict[str, object]:
             torch.are_deterministic_algorithms_enabled()
         ),
         "torch.get_num_threads()": torch.get_num_threads(),
-        "the environment variables": sorted(
-            name for name in os.environ if not name.startswith(_TORCH_OWN_VARIABLES)
-        ),
+        "the environment variables": {
+            name: value
+            for name, value in os.environ.items()
+            if not name.startswith(_TORCH_OWN_VARIABLES)
+        },
     }
 
 
@@ -191,10 +208,17 @@ def changes(before: dict[str, object], after: dict[str, object]) -> str:
         now = after[name]
         if value == now:
             continue
-        if isinstance(value, list) and isinstance(now, list):
+        if isinstance(value, dict) and isinstance(now, dict):
             added = sorted(set(now) - set(value))
             removed = sorted(set(value) - set(now))
-            what = ", ".join([*(f"+{v}" for v in added), *(f"-{v}" for v in removed)])
+            altered = sorted(k for k in set(now) & set(value) if now[k] != value[k])
+            what = ", ".join(
+                [
+                    *(f"+{k}" for k in added),
+                    *(f"-{k}" for k in removed),
+                    *(f"{k} set" for k in altered),
+                ]
+            )
             changed.append(f"{name} changed ({what})")
         else:
             changed.append(f"{name} at {now!r} (was {value!r})")

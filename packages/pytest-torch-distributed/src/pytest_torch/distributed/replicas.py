@@ -8,9 +8,12 @@ so a large model costs one small exchange when its replicas agree.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pytest_torch.core import pytrees
 
 if TYPE_CHECKING:
     import torch
@@ -66,7 +69,7 @@ def _named_state(model: Any) -> list[tuple[str, str, torch.Tensor]]:
     import torch
 
     if isinstance(model, torch.nn.Module):
-        module = getattr(model, "module", model)  # DDP and friends wrap the model
+        module: Any = model.module if _is_wrapper(model) else model
         named = [(n, "parameter", p) for n, p in module.named_parameters()]
         named += [(n, "buffer", b) for n, b in module.named_buffers()]
         return named
@@ -76,6 +79,14 @@ def _named_state(model: Any) -> list[tuple[str, str, torch.Tensor]]:
         "assert_replicas_in_sync takes a torch.nn.Module (DDP-wrapped or not) or a"
         f" state_dict, got {type(model).__name__}"
     )
+
+
+def _is_wrapper(model: Any) -> bool:
+    """DDP or DataParallel: the model is their ``module`` (named without "module.")."""
+    from torch.nn import DataParallel
+    from torch.nn.parallel import DistributedDataParallel
+
+    return isinstance(model, (DistributedDataParallel, DataParallel))
 
 
 def assert_replicas_in_sync(
@@ -117,31 +128,81 @@ def assert_replicas_in_sync(
 def assert_same_across_ranks(
     value: Any, *, rtol: float = 0.0, atol: float = 0.0, name: str = "value", group: Any = None
 ) -> None:
-    """Assert ``value`` (a tensor, or any picklable value compared with ``==``) is the
-    same on every rank: bitwise for tensors unless ``rtol``/``atol`` are given."""
-    import torch
-
+    """Assert ``value`` is the same on every rank: a tensor, a NumPy array, any value
+    compared with ``==``, or containers of them (lists, tuples, dicts, dataclasses, a
+    state_dict). Tensors and arrays bitwise unless ``rtol``/``atol`` are given."""
     __tracebackhide__ = True
     dist = _dist()
-    if isinstance(value, torch.Tensor):
-        entry = _entries([(name, "tensor", value)])[0]
-        per_rank = _gather_objects(dist, entry, group)
-        problem = _compare(dist, entry, per_rank, value, rtol, atol, group)
-        if problem:
-            raise AssertionError(f"{name} differs across ranks: {problem}")
-        return
-    values = _gather_objects(dist, value, group)
-    differ = [r for r, v in enumerate(values) if not _equal(v, values[0])]
-    if differ:
-        shown = "; ".join(f"rank {r}: {values[r]!r}" for r in differ[:SHOWN_ALSO])
-        raise AssertionError(f"{name} differs across ranks: rank 0 has {values[0]!r}; {shown}")
+    leaves = [(path, _as_tensor(leaf)) for path, leaf in pytrees.leaves(value, name)]
+    mine = [_leaf_entry(path, leaf) for path, leaf in leaves]
+    everyone = _gather_objects(dist, mine, group)
+    shapes = [[(e[0], e[1]) for e in entries] for entries in everyone]
+    for rank, layout in enumerate(shapes[1:], start=1):
+        if layout != shapes[0]:
+            raise AssertionError(
+                f"{name} differs across ranks in structure: rank 0 has"
+                f" {_layout(shapes[0])}; rank {rank} has {_layout(layout)}"
+            )
+    problems: list[str] = []
+    for index, (path, leaf) in enumerate(leaves):
+        per_rank = [entries[index] for entries in everyone]
+        if per_rank[0][1] == "tensor":
+            tensor_entries = [entry[2] for entry in per_rank]
+            problem = _compare(dist, tensor_entries[0], tensor_entries, leaf, rtol, atol, group)
+            if problem:
+                problems.append(f"{path}: {problem}")
+        else:
+            differ = [r for r, entry in enumerate(per_rank) if not _same(entry[2], per_rank[0][2])]
+            if differ:
+                shown = "; ".join(f"rank {r}: {per_rank[r][3]}" for r in differ[:SHOWN_ALSO])
+                problems.append(f"{path}: rank 0 has {per_rank[0][3]}; {shown}")
+    if problems:
+        lines = [f"{name} differs across ranks:", *problems[: 1 + SHOWN_ALSO]]
+        if len(problems) > 1 + SHOWN_ALSO:
+            lines.append(f"... and {len(problems) - 1 - SHOWN_ALSO} more")
+        raise AssertionError("\n".join(lines))
 
 
-def _equal(a: Any, b: Any) -> bool:
+def _as_tensor(leaf: Any) -> Any:
+    """A NumPy array (or anything with ``__array__`` and a dtype) as a tensor."""
+    import torch
+
+    if not isinstance(leaf, torch.Tensor) and hasattr(leaf, "__array__") and hasattr(leaf, "dtype"):
+        try:
+            return torch.as_tensor(leaf)
+        except (TypeError, ValueError, RuntimeError):
+            return leaf
+    return leaf
+
+
+def _leaf_entry(path: str, leaf: Any) -> tuple[str, str, Any, str]:
+    """(path, kind, what is compared, how it is shown) of one leaf."""
+    import torch
+
+    if isinstance(leaf, torch.Tensor):
+        entry = _entries([(path, "tensor", leaf)])[0]
+        return (path, "tensor", entry, f"tensor {list(entry.shape)}")
+    return (path, type(leaf).__name__, leaf, repr(leaf)[:200])
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` where that is a plain bool; otherwise the values' pickled bytes (never
+    their text, which rounds and truncates)."""
     try:
-        return bool(a == b)
-    except Exception:  # values whose == is not a bool (arrays): compare their text
-        return repr(a) == repr(b)
+        equal = a == b
+        if isinstance(equal, bool):
+            return equal
+    except Exception:
+        pass
+    try:
+        return pickle.dumps(a) == pickle.dumps(b)
+    except Exception:
+        return False
+
+
+def _layout(entries: list[tuple[str, str]]) -> str:
+    shown = ", ".join(f"{path} ({kind})" for path, kind in entries[:8])
+    return shown + (f" and {len(entries) - 8} more" if len(entries) > 8 else "")
 
 
 def _gather_objects(dist: Any, obj: Any, group: Any) -> list[Any]:

@@ -9,40 +9,75 @@ rank. The short summary line (``-rA``, JUnit's message) starts with the rank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
 from typing import Any
 
 import pytest
-from _pytest._code.code import ReprFileLocation, TerminalRepr
-from _pytest._io import TerminalWriter
+from _pytest._code.code import ExceptionChainRepr, ReprFileLocation, ReprTraceback
 
-from pytest_torch.distributed.pool import RankState, TestRun
+from pytest_torch.core.properties import number
+from pytest_torch.distributed.pool import RankRun, RankState
 from pytest_torch.distributed.processes import describe_exit
 from pytest_torch.distributed.stacks import collective, innermost_user_frame, shown_stack
 
 PHASES = ("setup", "call", "teardown")
+#: a report's own attributes; any other was put there by a plugin in the rank (the
+#: checks' notes for the end of the run) and is carried over
+_STANDARD = frozenset(
+    {
+        "nodeid",
+        "location",
+        "keywords",
+        "outcome",
+        "longrepr",
+        "when",
+        "sections",
+        "duration",
+        "start",
+        "stop",
+        "user_properties",
+        "wasxfail",
+        "$report_type",
+    }
+)
 #: how a phase that failed is called in the summary
 _FAILED = {"setup": "failed in setup", "call": "failed", "teardown": "failed in teardown"}
 
 
-@dataclass(eq=False)
-class RankFailures(TerminalRepr):
-    """A failed phase's long report: the headline, each failing rank's own report, and
-    what the other ranks were doing."""
+ChainElement = tuple[ReprTraceback, ReprFileLocation | None, str | None]
 
-    headline: str
-    reprcrash: ReprFileLocation
-    parts: list[tuple[str, Any]] = field(default_factory=list)
 
-    def toterminal(self, tw: TerminalWriter) -> None:
-        tw.line(self.headline, red=True, bold=True)
-        for title, body in self.parts:
-            tw.sep("-", title)
-            if hasattr(body, "toterminal"):
-                body.toterminal(tw)
-            else:
-                for line in body:
-                    tw.line(line)
+def rank_failures(
+    headline: str, crash: ReprFileLocation, parts: list[tuple[str, Any]]
+) -> ExceptionChainRepr:
+    """A failed phase's long report: the headline, what the ranks that did not fail were
+    doing, then each failing rank's own traceback, last (so tools that read the last
+    traceback — CI annotations — find the failing line). It is pytest's own chained
+    report, so pytest-xdist and JUnit carry it whole; ``crash`` is what the short
+    summary line and JUnit's message say."""
+    chain: list[ChainElement] = [(_EMPTY, None, headline)]
+    tracebacks: list[ChainElement] = []
+    for title, body in parts:
+        if hasattr(body, "chain"):
+            tracebacks.append((_EMPTY, None, _rule(title)))
+            tracebacks += list(body.chain)
+        elif hasattr(body, "reprtraceback"):
+            tracebacks.append((_EMPTY, None, _rule(title)))
+            tracebacks.append((body.reprtraceback, body.reprcrash, None))
+        else:
+            lines = body if isinstance(body, list) else str(body).splitlines()
+            chain.append((_EMPTY, None, "\n".join([_rule(title), *lines])))
+    chain += tracebacks
+    last = chain[-1]
+    chain[-1] = (last[0], crash, last[2])
+    return ExceptionChainRepr(chain)
+
+
+_EMPTY = ReprTraceback(reprentries=[], extraline=None, style="long")
+
+
+def _rule(title: str) -> str:
+    return f"{'-' * 30} {title} {'-' * max(3, 46 - len(title))}"
 
 
 def _reports(config: pytest.Config, state: RankState) -> dict[str, pytest.TestReport]:
@@ -55,7 +90,7 @@ def _reports(config: pytest.Config, state: RankState) -> dict[str, pytest.TestRe
 
 
 def merged_reports(
-    config: pytest.Config, item: pytest.Item, run: TestRun
+    config: pytest.Config, item: pytest.Item, run: RankRun
 ) -> list[pytest.TestReport]:
     """The reports pytest logs for ``run``: the phases every rank finished, merged, then
     (when the run did not end normally) the phase it stopped in, failed."""
@@ -87,8 +122,13 @@ def _base(item: pytest.Item, when: str, got: dict[int, pytest.TestReport]) -> di
         for rank, report in sorted(got.items())
         for title, text in report.sections
     ]
-    properties = [prop for report in got.values() for prop in report.user_properties]
+    extras: dict[str, Any] = {}
+    for _, report in sorted(got.items()):  # what other plugins put on a rank's report
+        for name, value in vars(report).items():
+            if name not in _STANDARD:
+                extras.setdefault(name, value)
     return {
+        **extras,
         "nodeid": item.nodeid,
         "location": item.location,
         "keywords": {name: 1 for name in item.keywords},
@@ -97,33 +137,90 @@ def _base(item: pytest.Item, when: str, got: dict[int, pytest.TestReport]) -> di
         "duration": max((r.duration for r in got.values()), default=0.0),
         "start": min((r.start for r in got.values()), default=0.0),
         "stop": max((r.stop for r in got.values()), default=0.0),
-        "user_properties": properties,
+        "user_properties": _properties(got),
     }
+
+
+#: the figure a measured peak is recorded under (``torch_memory.<device>.peak_mib``)
+PEAK_SUFFIX = "peak_mib"
+
+
+def _properties(got: dict[int, pytest.TestReport]) -> list[tuple[str, object]]:
+    """One rank's properties (figures of different ranks cannot be mixed): the rank with
+    the largest measured peak, named in ``torch_distributed.peak_rank``; else the first
+    failing rank; else the lowest."""
+    if not got:
+        return []
+    peaks = {
+        rank: max(
+            (
+                number(value) or 0.0
+                for name, value in report.user_properties
+                if name.endswith(PEAK_SUFFIX)
+            ),
+            default=None,
+        )
+        for rank, report in got.items()
+    }
+    measured = {rank: peak for rank, peak in peaks.items() if peak is not None}
+    if measured:
+        chosen = max(sorted(measured), key=lambda rank: measured[rank])
+        return [*got[chosen].user_properties, ("torch_distributed.peak_rank", chosen)]
+    failed = [rank for rank, report in sorted(got.items()) if report.failed]
+    return list(got[failed[0] if failed else min(got)].user_properties)
 
 
 def _merge(
     item: pytest.Item,
     when: str,
     got: dict[int, pytest.TestReport],
-    run: TestRun,
+    run: RankRun,
     per_rank: list[dict[str, pytest.TestReport]],
 ) -> pytest.TestReport:
+    """One phase every rank finished. A real failure on any rank fails it; else the
+    expected failure of an xfail test on any rank makes it xfailed; else a strict xfail
+    that passed everywhere fails; else it is skipped where every rank skipped, and
+    passed otherwise (a skip on some ranks only is noted)."""
     base = _base(item, when, got)
-    failed = sorted(rank for rank, report in got.items() if report.failed)
+    strict = [r for r, rep in sorted(got.items()) if rep.failed and _strict_xpass(rep)]
+    failed = [r for r, rep in sorted(got.items()) if rep.failed and r not in strict]
     if failed:
         longrepr = _failures(item, when, failed, got, run, per_rank)
         return pytest.TestReport(outcome="failed", longrepr=longrepr, **base)
-    skipped = [rank for rank, report in got.items() if report.skipped]
-    if skipped and len(skipped) == len(got):
-        report = pytest.TestReport(outcome="skipped", longrepr=got[skipped[0]].longrepr, **base)
-        _keep_xfail(report, got[skipped[0]])
+    xfailed = [r for r, rep in sorted(got.items()) if rep.skipped and hasattr(rep, "wasxfail")]
+    if xfailed:
+        report = pytest.TestReport(outcome="skipped", longrepr=got[xfailed[0]].longrepr, **base)
+        _keep_xfail(report, got[xfailed[0]])
+        if len(xfailed) < len(got):
+            others = [r for r in got if r not in xfailed]
+            base_note = (
+                f"the expected failure happened on {_ranks(xfailed)}, not on {_ranks(others)}"
+            )
+            report.sections.append(("xfail", base_note))
         return report
+    if strict:
+        longrepr = _failures(item, when, strict, got, run, per_rank)
+        return pytest.TestReport(outcome="failed", longrepr=longrepr, **base)
+    skipped = [r for r, rep in sorted(got.items()) if rep.skipped]
+    if skipped and len(skipped) == len(got):
+        return pytest.TestReport(outcome="skipped", longrepr=got[skipped[0]].longrepr, **base)
     for rank in skipped:
-        base["sections"].append((f"rank {rank} skipped", str(got[rank].longrepr)))
+        base["sections"].append((f"rank {rank} skipped", _skip_reason(got[rank])))
     report = pytest.TestReport(outcome="passed", longrepr=None, **base)
     for rank_report in got.values():
         _keep_xfail(report, rank_report)
     return report
+
+
+def _strict_xpass(report: pytest.TestReport) -> bool:
+    return str(report.longrepr).startswith("[XPASS(strict)]")
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
 
 
 def _keep_xfail(report: pytest.TestReport, source: pytest.TestReport) -> None:
@@ -131,31 +228,60 @@ def _keep_xfail(report: pytest.TestReport, source: pytest.TestReport) -> None:
         report.wasxfail = source.wasxfail
 
 
+#: what a rank's collective raises when a peer stopped taking part (it failed, left the
+#: collective or died): a consequence of another rank's failure, not a cause
+_PEER_GONE = re.compile(
+    r"Connection (closed|reset) by peer|failed to pass monitoredBarrier|"
+    r"Timed out waiting|communicator was aborted|NCCL error|Broken pipe",
+    re.IGNORECASE,
+)
+
+
+def _secondary(report: pytest.TestReport) -> bool:
+    return bool(_PEER_GONE.search(str(report.longrepr)))
+
+
 def _failures(
     item: pytest.Item,
     when: str,
     failed: list[int],
     got: dict[int, pytest.TestReport],
-    run: TestRun,
+    run: RankRun,
     per_rank: list[dict[str, pytest.TestReport]],
-) -> RankFailures:
+) -> ExceptionChainRepr:
     world = len(run.ranks)
-    first = got[failed[0]].longrepr
+    # a rank whose collective broke because another rank had failed is named after it
+    causes = [rank for rank in failed if not _secondary(got[rank])] or failed
+    followers = [rank for rank in failed if rank not in causes]
+    first = got[causes[0]].longrepr
     crash = getattr(first, "reprcrash", None)
-    ranks = _ranks(failed)
-    message = f"{ranks} of {world}: {getattr(crash, 'message', '') or str(first).splitlines()[-1:]}"
+    said = getattr(crash, "message", "") or str(first).strip().splitlines()[-1]
+    message = f"{_ranks(causes)} of {world}: {said}"
     path, lineno = _where(item, crash)
-    headline = f"{ranks} of {world} {_FAILED[when]}" + _others(failed, run, per_rank, when)
-    parts: list[tuple[str, Any]] = [(f"rank {rank}", got[rank].longrepr) for rank in failed]
-    parts += _other_parts(run, per_rank, exclude=set(failed))
-    return RankFailures(headline, ReprFileLocation(path, lineno, message), parts)
+    headline = f"{_ranks(causes)} of {world} {_FAILED[when]}"
+    passed = [s.rank for s in run.ranks if s.rank not in failed]
+    if all(_secondary(got[rank]) for rank in failed) and passed:
+        headline += (
+            f" in a collective that {_ranks(passed)} never joined ({_ranks(passed)} finished"
+            " the test meanwhile): a collective called on some ranks only, or in another"
+            " order on each, is the usual cause"
+        )
+    if followers:
+        headline += (
+            f"; {_ranks(followers)} then failed in a collective, because"
+            f" {'its' if len(causes) == 1 else 'their'} peer had stopped taking part"
+        )
+    headline += _others(failed, run, per_rank, when)
+    parts: list[tuple[str, Any]] = list(_other_parts(run, per_rank, exclude=set(failed)))
+    parts += _failed_parts(followers, got) + _failed_parts(causes, got)
+    return rank_failures(headline, ReprFileLocation(path, lineno, message), parts)
 
 
 def _stopped(
     item: pytest.Item,
     when: str,
     got: dict[int, pytest.TestReport],
-    run: TestRun,
+    run: RankRun,
     per_rank: list[dict[str, pytest.TestReport]],
 ) -> pytest.TestReport:
     """The phase the run stopped in: a rank died, hung past the timeout, or was still
@@ -173,8 +299,9 @@ def _stopped(
         )
     elif failed:
         headline = (
-            f"{_ranks(failed)} of {world} {_FAILED[when]}; {_ranks(busy)} still running"
-            f" {run.waited_s:.0f} s later were stopped (their stacks are below)"
+            f"{_ranks(failed)} of {world} {_FAILED[when]}; {_ranks(busy)}, still running"
+            f" {run.waited_s - run.failed_s:.0f} s later, {'was' if len(busy) == 1 else 'were'}"
+            " stopped (stacks below)"
         )
     else:
         stuck = [_doing(run.ranks[r]) for r in busy]
@@ -187,10 +314,31 @@ def _stopped(
     first = got[failed[0]].longrepr if failed else None
     crash = getattr(first, "reprcrash", None)
     path, lineno = _where(item, crash)
-    parts: list[tuple[str, Any]] = [(f"rank {rank}", got[rank].longrepr) for rank in failed]
-    parts += _other_parts(run, per_rank, exclude=set(failed))
-    longrepr = RankFailures(headline, ReprFileLocation(path, lineno, headline), parts)
+    parts: list[tuple[str, Any]] = list(_other_parts(run, per_rank, exclude=set(failed)))
+    parts += _failed_parts(failed, got)
+    longrepr = rank_failures(headline, ReprFileLocation(path, lineno, headline), parts)
     return pytest.TestReport(outcome="failed", longrepr=longrepr, **base)
+
+
+def _failed_parts(failed: list[int], got: dict[int, pytest.TestReport]) -> list[tuple[str, Any]]:
+    """Each failing rank's report; ranks that failed the same way (a collective check
+    raises the same error everywhere) share one."""
+    groups: dict[str, list[int]] = {}
+    for rank in failed:
+        text = _without_rank_details(str(got[rank].longrepr))
+        groups.setdefault(text, []).append(rank)
+    parts: list[tuple[str, Any]] = []
+    for ranks in groups.values():
+        title = _ranks(ranks) + (" (the same failure on each)" if len(ranks) > 1 else "")
+        parts.append((title, got[ranks[0]].longrepr))
+    return parts
+
+
+def _without_rank_details(text: str) -> str:
+    """A failure's text with what differs between ranks that failed alike left out: the
+    values of the ``rank`` argument and object addresses."""
+    text = re.sub(r"\brank = \d+", "rank = N", text)
+    return re.sub(r" at 0x[0-9a-f]+", "", text)
 
 
 def _where(item: pytest.Item, crash: Any) -> tuple[str, int]:
@@ -204,7 +352,7 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def _others(
-    failed: list[int], run: TestRun, per_rank: list[dict[str, pytest.TestReport]], when: str
+    failed: list[int], run: RankRun, per_rank: list[dict[str, pytest.TestReport]], when: str
 ) -> str:
     passed = [s.rank for s in run.ranks if s.rank not in failed]
     return f"; {_ranks(passed)} passed it" if passed else ""
@@ -222,7 +370,7 @@ def _doing(state: RankState) -> str:
 
 
 def _other_parts(
-    run: TestRun, per_rank: list[dict[str, pytest.TestReport]], exclude: set[int]
+    run: RankRun, per_rank: list[dict[str, pytest.TestReport]], exclude: set[int]
 ) -> list[tuple[str, list[str]]]:
     parts: list[tuple[str, list[str]]] = []
     for state, reports in zip(run.ranks, per_rank, strict=True):
@@ -249,13 +397,24 @@ def _other_parts(
             parts.append((f"rank {state.rank}: stopped", lines))
         else:
             outcome = "passed" if not any(r.failed for r in reports.values()) else "failed"
-            parts.append(
-                (
-                    f"rank {state.rank}: {outcome}",
-                    [f"rank {state.rank} finished the test: {outcome}"],
-                )
-            )
+            line = f"rank {state.rank} finished the test: {outcome}"
+            if outcome == "failed":
+                line = f"rank {state.rank} finished the test: {_outcomes(reports)}"
+            parts.append((f"rank {state.rank}: {outcome}", [line]))
     return parts
+
+
+def _outcomes(reports: dict[str, pytest.TestReport]) -> str:
+    """ "setup passed, call failed (RuntimeError: ...)"."""
+    shown = []
+    for when, report in reports.items():
+        text = f"{when} {report.outcome}"
+        if report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            said = getattr(crash, "message", "") or str(report.longrepr).strip().splitlines()[-1]
+            text += f" ({said.splitlines()[0][:200]})"
+        shown.append(text)
+    return ", ".join(shown)
 
 
 def _phases(reports: dict[str, pytest.TestReport]) -> list[str]:

@@ -28,7 +28,7 @@ import pytest
 from pytest_torch.distributed import protocol as msg
 from pytest_torch.distributed.groups import c10d, group_for_test
 from pytest_torch.distributed.markers import DISTRIBUTED
-from pytest_torch.distributed.pool import RankState, TestRun
+from pytest_torch.distributed.pool import RankRun, RankState
 from pytest_torch.distributed.world import RankInfo
 
 PREFIX = "pytest-torch/"
@@ -37,6 +37,13 @@ PREFIX = "pytest-torch/"
 ARRIVAL_TIMEOUT = datetime.timedelta(hours=6)
 #: after the test's timeout, how long before the rank gives up on itself
 GRACE_S = 30.0
+
+
+def quiet_unless_rank_zero(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Rank 0 reports for the world: the other ranks run without pytest's terminal
+    (as with ``-p no:terminal``), blocked before it prints anything."""
+    if os.environ.get("RANK", "0") != "0":
+        pluginmanager.set_blocked("terminal")
 
 
 def world_from_environment() -> RankInfo:
@@ -63,13 +70,6 @@ class TorchrunWorld:
         self.seq = 0
 
     # -- start-up ------------------------------------------------------------------
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_configure(self, config: pytest.Config) -> None:
-        if self.info.rank != 0:
-            reporter = config.pluginmanager.get_plugin("terminalreporter")
-            if reporter is not None:
-                config.pluginmanager.unregister(reporter)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         dist = c10d()
@@ -154,7 +154,7 @@ class TorchrunWorld:
     def _log(self, item: pytest.Item, seq: int) -> None:
         from pytest_torch.distributed.reports import merged_reports
 
-        run = TestRun(item.nodeid, [])
+        run = RankRun(item.nodeid, [])
         for rank in range(self.info.world_size):
             data = pickle.loads(self.store.get(f"reports/{seq}/{rank}"))
             phases = [msg.Phase(seq, rank, d["when"], d["outcome"], d) for d in data]

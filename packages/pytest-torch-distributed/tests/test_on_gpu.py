@@ -1,0 +1,75 @@
+"""The GPU paths on real CUDA GPUs: nccl on one GPU per rank, the per-test device,
+never two ranks on one GPU unless asked, and a worker's GPUs under pytest-xdist."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+TWO_GPUS = pytest.mark.skipif(
+    torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (nccl, one per rank)"
+)
+
+BODY = """
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.torch_distributed(world_size=2)
+def test_nccl(rank, torch_device):
+    # test_nccl[cpu]: gloo on the CPU; test_nccl[cuda]: nccl, cuda:<rank>
+    on_gpu = torch_device.type == "cuda"
+    assert dist.get_backend() == ("nccl" if on_gpu else "gloo")
+    assert not on_gpu or torch_device.index == torch.cuda.current_device() == rank
+    t = torch.ones(4, device=torch_device) * (rank + 1)
+    dist.all_reduce(t)
+    assert t.tolist() == [3.0] * 4
+
+
+@pytest.mark.torch_distributed(world_size=2, device="cpu")
+def test_cpu_ranks_on_a_gpu_machine():
+    assert dist.get_backend() == "gloo"
+"""
+
+
+@TWO_GPUS
+def test_nccl_ranks_each_on_their_gpu(run, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_g=BODY)
+    result = run("-rA", "-k", "nccl or cpu_ranks")
+    result.assert_outcomes(passed=3)  # test_nccl[cpu] (gloo), test_nccl[cuda], cpu ranks
+    result.stdout.fnmatch_lines(["*2 ranks, nccl on cuda:0, cuda:1: 1*"])
+
+
+def test_more_ranks_than_gpus_skip_unless_shared(run, pytester: pytest.Pytester) -> None:
+    count = torch.cuda.device_count()
+    pytester.makepyfile(
+        test_g=f"""
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.mark.torch_distributed(world_size={count + 1}, device="cuda")
+        def test_too_many():
+            pass
+
+        @pytest.mark.torch_distributed(world_size={count + 1}, device="cuda", share_devices=True)
+        def test_shared(rank):
+            assert torch.cuda.current_device() == rank % {count}
+            t = torch.ones(1, device="cuda")
+            dist.all_reduce(t)
+            assert t.item() == {count + 1}
+        """
+    )
+    result = run("-rA")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"SKIPPED * {count + 1} ranks need {count + 1} cuda devices, one each, and this process sees {count}*"
+        ]
+    )
