@@ -41,11 +41,9 @@ def test_memory_leak_determinism_and_ci_checks_act_in_each_rank(
     monkeypatch.setenv("COLUMNS", "250")
     pytester.makepyfile(test_f=SUITE)
     source = SUITE.splitlines()
-    result = pytester.runpytest(
-        "-p", "torch_distributed", "-p", "torch_memory", "-p", "torch_determinism",
-        "-p", "torch_ci", "--torch-leak-check", "--torch-deterministic",
-        "--torch-github-annotations", "--junitxml=report.xml", "-rA",
-    )
+    plugins = [f"-p={name}" for name in ("torch_distributed", "torch_memory", "torch_determinism")]
+    checks = ["--torch-leak-check", "--torch-deterministic", "--torch-github-annotations"]
+    result = pytester.runpytest(*plugins, "-p=torch_ci", *checks, "--junitxml=report.xml", "-rA")
     result.assert_outcomes(passed=1, failed=2)
     # the memory budget fails where it is exceeded, naming the rank; the peak reported is
     # the largest rank's, and the property says whose
