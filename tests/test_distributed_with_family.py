@@ -41,9 +41,10 @@ def test_memory_leak_determinism_and_ci_checks_act_in_each_rank(
     monkeypatch.setenv("COLUMNS", "250")
     pytester.makepyfile(test_f=SUITE)
     source = SUITE.splitlines()
-    plugins = [f"-p={name}" for name in ("torch_distributed", "torch_memory", "torch_determinism")]
+    names = ("torch_distributed", "torch_memory", "torch_determinism", "torch_ci")
+    plugins = [arg for name in names for arg in ("-p", name)]
     checks = ["--torch-leak-check", "--torch-deterministic", "--torch-github-annotations"]
-    result = pytester.runpytest(*plugins, "-p=torch_ci", *checks, "--junitxml=report.xml", "-rA")
+    result = pytester.runpytest(*plugins, *checks, "--junitxml=report.xml", "-rA")
     result.assert_outcomes(passed=1, failed=2)
     # the memory budget fails where it is exceeded, naming the rank; the peak reported is
     # the largest rank's, and the property says whose
