@@ -76,6 +76,7 @@ FAMILY = (
     "torch_determinism",
     "torch_xdist",
     "torch_ci",
+    "torch_distributed",
 )
 BLOCKED = [arg for name in FAMILY for arg in ("-p", f"no:{name}")]
 #: the report sections in which the family explains a failure it caused

@@ -99,6 +99,14 @@ def test_a_test_without_accelerators_plans_cpu_ranks() -> None:
     assert (marked.world_size, marked.timeout) == (3, 5.0)
 
 
+def test_an_accelerator_gets_gloo_beside_its_own_backend() -> None:
+    from pytest_torch.distributed.plan import default_backend
+
+    assert default_backend("cpu") == "gloo"
+    assert default_backend("cuda") == "cpu:gloo,cuda:nccl"
+    assert default_backend("xpu") == "cpu:gloo,xpu:xccl"
+
+
 def test_marker_arguments_by_position_and_keyword() -> None:
     assert read_arguments((2,), {}, "t").world_size == 2
     assert read_arguments((), {"world_size": 4, "device": ("cuda", "cpu")}, "t").device == (

@@ -25,7 +25,12 @@ import torch.distributed as dist
 def test_nccl(rank, torch_device):
     # test_nccl[cpu]: gloo on the CPU; test_nccl[cuda]: nccl, cuda:<rank>
     on_gpu = torch_device.type == "cuda"
-    assert dist.get_backend() == ("nccl" if on_gpu else "gloo")
+    # on a GPU: nccl for CUDA tensors, gloo beside it for CPU ones
+    assert str(dist.get_backend()) == ("cpu:gloo,cuda:nccl" if on_gpu else "gloo")
+    if on_gpu:
+        cpu = torch.ones(1)
+        dist.all_reduce(cpu)
+        assert cpu.item() == 2
     assert not on_gpu or torch_device.index == torch.cuda.current_device() == rank
     t = torch.ones(4, device=torch_device) * (rank + 1)
     dist.all_reduce(t)
@@ -43,7 +48,7 @@ def test_nccl_ranks_each_on_their_gpu(run, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_g=BODY)
     result = run("-rA", "-k", "nccl or cpu_ranks")
     result.assert_outcomes(passed=3)  # test_nccl[cpu] (gloo), test_nccl[cuda], cpu ranks
-    result.stdout.fnmatch_lines(["*2 ranks, nccl on cuda:0, cuda:1: 1*"])
+    result.stdout.fnmatch_lines(["*2 ranks, cpu:gloo,cuda:nccl on cuda:0, cuda:1: 1*"])
 
 
 def test_more_ranks_than_gpus_skip_unless_shared(run, pytester: pytest.Pytester) -> None:

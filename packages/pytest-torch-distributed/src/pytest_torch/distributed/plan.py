@@ -97,15 +97,18 @@ _EXAMPLE = f"Example: {DISTRIBUTED.example}"
 def check_machine(arguments: Arguments, where: str) -> None:
     """ValueError when this machine cannot hold the ranks or the backend is not built."""
     prefix = f"{where}: @pytest.mark.{DISTRIBUTED.name}"
-    if arguments.backend is not None and not devices.collective_backend_available(
-        arguments.backend
-    ):
+    missing = [
+        name
+        for name in _backend_names(arguments.backend or "")
+        if name and not devices.collective_backend_available(name)
+    ]
+    if missing:
         import torch
 
         raise ValueError(
-            f"{prefix}: backend {arguments.backend!r} is not available in this torch build"
+            f"{prefix}: backend {missing[0]!r} is not available in this torch build"
             f" ({torch.__version__}); leave backend unset to use the device's default"
-            f" (gloo on cpu), or install a torch build with {arguments.backend}."
+            f" (gloo on cpu), or install a torch build with {missing[0]}."
         )
     available = available_memory()
     if available is not None and arguments.world_size * RANK_MEMORY_BYTES > available:
@@ -151,15 +154,34 @@ def make_plan(
     for device_type in wanted:
         chosen, why = _devices_for(device_type, world, arguments.share_devices)
         if chosen is not None:
-            backend = arguments.backend or devices.collective_backend(device_type)
-            if not devices.collective_backend_available(backend):
-                reasons.append(f"{device_type}: its backend {backend} is not in this torch build")
+            backend = arguments.backend or default_backend(device_type)
+            missing = [
+                name
+                for name in _backend_names(backend)
+                if not devices.collective_backend_available(name)
+            ]
+            if missing:
+                reasons.append(f"{device_type}: backend {missing[0]} is not in this torch build")
                 continue
             return Plan(world, backend, device_type, chosen, timeout)
         reasons.append(why)
-    backend = arguments.backend or devices.collective_backend(wanted[0])
+    backend = arguments.backend or default_backend(wanted[0])
     skip = f"{DISTRIBUTED.name}(world_size={world}) cannot run here: {'; '.join(reasons)}"
     return Plan(world, backend, wanted[0], (), timeout, skip=skip)
+
+
+def default_backend(device_type: str) -> str:
+    """The device's own backend; on an accelerator, gloo beside it for CPU tensors
+    (``cpu:gloo,cuda:nccl``), so a test's CPU collectives work on a GPU machine too."""
+    own = devices.collective_backend(device_type)
+    if device_type == "cpu" or own == "gloo":
+        return own
+    return f"cpu:gloo,{device_type}:{own}"
+
+
+def _backend_names(backend: str) -> list[str]:
+    """``cpu:gloo,cuda:nccl`` -> ``["gloo", "nccl"]``."""
+    return [part.split(":")[-1] for part in backend.split(",")]
 
 
 def _devices_for(device_type: str, world: int, share: bool) -> tuple[tuple[str, ...] | None, str]:
