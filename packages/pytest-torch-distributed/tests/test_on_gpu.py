@@ -64,6 +64,12 @@ def test_more_ranks_than_gpus_skip_unless_shared(run, pytester: pytest.Pytester)
             pass
 
         @pytest.mark.torch_distributed(world_size={count + 1}, device="cuda", share_devices=True)
+        def test_shared_nccl():
+            pass
+
+        @pytest.mark.torch_distributed(
+            world_size={count + 1}, device="cuda", share_devices=True, backend="gloo"
+        )
         def test_shared(rank):
             assert torch.cuda.current_device() == rank % {count}
             t = torch.ones(1, device="cuda")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -22,6 +23,7 @@ from typing import Literal
 
 import pytest
 
+from pytest_torch.core.cpus import available_cores
 from pytest_torch.distributed import protocol as msg
 from pytest_torch.distributed.plan import Plan
 from pytest_torch.distributed.pool import PoolStartError, RankPool, RankRun
@@ -75,7 +77,9 @@ class Controller:
                 return [_skipped(item, f"skipped in the ranks' collection: {why}")]
             return [_error(item, "setup", f"the ranks could not collect this test:\n{why}")]
         run = pool.run(item.nodeid, plan.timeout)
-        reports = merged_reports(self.config, item, run)
+        reports = merged_reports(self.config, item, run) or [
+            _error(item, "setup", f"the ranks reported nothing for this test ({run.ending})")
+        ]
         if run.needs_new_pool:
             pool.close(graceful=run.ending == "done")
             del self.pools[plan.pool_key]
@@ -83,9 +87,7 @@ class Controller:
         return reports
 
     def _start(self, plan: Plan) -> RankPool:
-        import torch
-
-        threads = max(1, torch.get_num_threads() // plan.world_size)
+        threads = rank_threads(plan.world_size)
         config = self.config
         basetemp = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
         args = [str(arg) for arg in config.invocation_params.args]
@@ -123,6 +125,13 @@ class Controller:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
+
+
+def rank_threads(world_size: int) -> int:
+    """Each rank's share of the cores: this machine's (or this xdist worker's share of
+    them) divided among the ranks, whatever the test before set torch's count to."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    return max(1, available_cores() // max(1, workers) // world_size)
 
 
 def _error(

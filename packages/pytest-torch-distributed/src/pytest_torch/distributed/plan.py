@@ -163,6 +163,12 @@ def make_plan(
             if missing:
                 reasons.append(f"{device_type}: backend {missing[0]} is not in this torch build")
                 continue
+            if len(set(chosen)) < len(chosen) and "nccl" in _backend_names(backend):
+                reasons.append(
+                    f"{device_type}: nccl cannot put two ranks on one GPU (NCCL refuses a"
+                    " duplicate GPU); give the marker backend='gloo' to share GPUs"
+                )
+                continue
             return Plan(world, backend, device_type, chosen, timeout)
         reasons.append(why)
     backend = arguments.backend or default_backend(wanted[0])

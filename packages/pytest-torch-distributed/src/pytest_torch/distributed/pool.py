@@ -33,7 +33,7 @@ START_TIMEOUT_S = 300.0
 #: once one rank failed, how long the others get to finish before they are stopped
 FAIL_FAST_GRACE_S = 5.0
 #: how long a rank gets to write its stack after SIGUSR1
-STACK_WAIT_S = 2.0
+STACK_WAIT_S = 5.0
 LOG_TAIL_LINES = 25
 
 

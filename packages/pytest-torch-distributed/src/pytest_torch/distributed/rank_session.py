@@ -12,10 +12,12 @@ says whether the test left the process changed.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -163,19 +165,47 @@ class RankRunner:
         self.seq = order.seq
         setup = self.setup
         try:
-            with group_for_test(
-                self.store,
-                f"test{order.seq}/",
-                setup.backend,
-                setup.rank,
-                setup.world_size,
-                order.timeout,
-                setup.device,
-            ):
+            with contextlib.ExitStack() as stack:
+                try:
+                    stack.enter_context(
+                        group_for_test(
+                            self.store,
+                            f"test{order.seq}/",
+                            setup.backend,
+                            setup.rank,
+                            setup.world_size,
+                            order.timeout,
+                            setup.device,
+                        )
+                    )
+                except Exception as exc:  # a test's error, never the rank's end
+                    self._no_group(item, order, exc)
+                    return
                 item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
         finally:
             self.seq = 0
         self.outbox.send(msg.Done(order.seq, self.setup.rank, changes(before, state())))
+
+    def _no_group(self, item: pytest.Item, order: msg.Run, exc: Exception) -> None:
+        """The process group could not be formed: the test errors in setup, and the pool
+        is replaced after it."""
+        text = (
+            f"rank {self.setup.rank} could not join the test's process group"
+            f" ({self.setup.backend}): {type(exc).__name__}: {exc}"
+        )
+        now = time.time()
+        report = pytest.TestReport(
+            item.nodeid,
+            item.location,
+            {k: 1 for k in item.keywords},
+            "failed",
+            text,
+            "setup",
+            start=now,
+            stop=now,
+        )
+        self.pytest_runtest_logreport(report)
+        self.outbox.send(msg.Done(order.seq, self.setup.rank, "its process group failed"))
 
 
 #: variables set by torch the first time a module is imported, and by pytest per test

@@ -83,19 +83,27 @@ class TorchrunWorld:
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         ids = [item.nodeid for item in items]
+        # every rank says what it collected, and every rank compares: a difference stops
+        # every rank with the same usage error, never one rank waiting for the others
+        self.store.set(f"collected/{self.info.rank}", json.dumps(sorted(ids)))
+        order = ids
         if self.info.rank == 0:
             self.store.set("order", json.dumps(ids))
-            order = ids
         else:
             order = json.loads(self.store.get("order"))
+        reference = sorted(order)
+        for rank in range(self.info.world_size):
+            theirs = json.loads(self.store.get(f"collected/{rank}"))
+            if theirs != reference:
+                only_there = sorted(set(theirs) - set(reference))[:3]
+                missing = sorted(set(reference) - set(theirs))[:3]
+                raise pytest.UsageError(
+                    f"rank {rank} of the torchrun world collected other tests than rank 0"
+                    f" (only there: {', '.join(only_there) or 'none'}; not there:"
+                    f" {', '.join(missing) or 'none'}): every rank must see the same files,"
+                    " options and selection"
+                )
         by_id = {item.nodeid: item for item in items}
-        missing = [nodeid for nodeid in order if nodeid not in by_id]
-        if missing:
-            raise pytest.UsageError(
-                f"rank {self.info.rank} of the torchrun world collected other tests than rank 0"
-                f" (not here: {', '.join(missing[:3])}); every rank must see the same files"
-                " and options"
-            )
         items[:] = [by_id[nodeid] for nodeid in order]
         for item in items:
             mark = DISTRIBUTED.mark_on(item)
