@@ -38,7 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = sorted(p for p in (REPO / "packages").iterdir() if (p / "pyproject.toml").exists())
-PLUGINS = ["core", "perf", "memory", "determinism", "xdist", "ci"]
+PLUGINS = ["core", "perf", "memory", "determinism", "xdist", "ci", "distributed"]
 THIRD_PARTY = ["torch", "pytest>=8.1", "pytest-xdist>=3.5", "filelock>=3.12", "matplotlib>=3.5",
                "py-cpuinfo>=9", "numpy"]  # fmt: skip
 #: what ``--tests`` adds to the clean environment: the tools every suite of ours runs with
@@ -66,6 +66,12 @@ SCENARIOS = [
     ),
     ("pytest-torch-xdist", {"pytest-torch-core", "pytest-torch-xdist"}, [], ["parallel.md"]),
     ("pytest-torch-ci", {"pytest-torch-core", "pytest-torch-ci"}, [], ["ci.md"]),
+    (
+        "pytest-torch-distributed",
+        {"pytest-torch-core", "pytest-torch-distributed"},
+        ["tests/test_distributed_training.py"],
+        ["distributed.md"],
+    ),
 ]
 #: with any part of the family installed: every public name at pytest_torch resolves, or
 #: raises ImportError naming the distribution to install

@@ -118,3 +118,40 @@ def test_the_compile_table_reaches_the_job_summary_and_the_html_report(pytester,
     assert "test_compiled" in text.split("torch compile", 1)[1]
     page = (pytester.path / "report.html").read_text()
     assert "<h2>pytest-torch: torch compile</h2><pre>test" in page
+
+
+def test_distributed_tests_run_on_rank_pools_of_each_xdist_worker(pytester):
+    """Each xdist worker is the controller of its own tests' rank pools; a failure names
+    its rank, and the controller's end-of-run line counts every worker's tests."""
+    pytester.makepyfile(
+        """
+        import pytest, torch
+        import torch.distributed as dist
+
+        @pytest.mark.torch_distributed(world_size=2)
+        @pytest.mark.parametrize("n", range(3))
+        def test_all_reduce(rank, world_size, n):
+            total = torch.tensor([float(rank + n)])
+            dist.all_reduce(total)
+            assert total.item() == 1 + 2 * n and world_size == 2
+
+        @pytest.mark.torch_distributed(world_size=2)
+        def test_rank_one_fails(rank):
+            assert rank == 0
+
+        def test_plain():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "torch_distributed", "-p", "xdist", "-p", "torch_xdist", "-n", "2", "-rf"
+    )
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "torch xdist: 2 workers*",
+            "*rank 1 of 2 failed; rank 0 passed it*",
+            "torch: 4 tests ran on torch.distributed ranks (2 ranks, gloo on cpu: 4)*",
+            "FAILED *::test_rank_one_fails*",
+        ]
+    )

@@ -19,6 +19,7 @@ PLUGINS = (
     "torch_determinism",
     "torch_xdist",
     "torch_ci",
+    "torch_distributed",
 )
 
 # a plugin traceback would show one of these (a traceback entry reads "path:line: in name")
@@ -192,6 +193,21 @@ CASES = [
         setup={"blocker": "a file"},
         expect=("--torch-failure-artifacts", "blocker", "is not a folder"),
     ),
+    Case(
+        "distributed-timeout-zero",
+        ("--torch-distributed-timeout=0",),
+        expect=("--torch-distributed-timeout", "expected a positive, finite number, got '0'"),
+    ),
+    Case(
+        "distributed-timeout-word",
+        ("--torch-distributed-timeout=long",),
+        expect=("--torch-distributed-timeout", "'long'", "--torch-distributed-timeout=60"),
+    ),
+    Case(
+        "distributed-timeout-ini",
+        ini="torch_distributed_timeout = -3",
+        expect=("torch_distributed_timeout (in", "expected a positive, finite number, got '-3'"),
+    ),
     # ---- markers: wrong arguments ------------------------------------------------------
     Case(
         "latency-marker-without-ms",
@@ -284,6 +300,42 @@ CASES = [
         expect=("test_marked", "torch_devices"),
     ),
     Case(
+        "distributed-marker-zero-ranks",
+        source=marked("@pytest.mark.torch_distributed(world_size=0)"),
+        kind="collection",
+        expect=("test_marked", "torch_distributed", "world_size", "got 0"),
+    ),
+    Case(
+        "distributed-marker-world-size-text",
+        source=marked("@pytest.mark.torch_distributed('two')"),
+        kind="collection",
+        expect=("test_marked", "torch_distributed", "world_size", "'two'"),
+    ),
+    Case(
+        "distributed-marker-negative-timeout",
+        source=marked("@pytest.mark.torch_distributed(world_size=2, timeout=-1)"),
+        kind="collection",
+        expect=("test_marked", "torch_distributed", "timeout", "-1"),
+    ),
+    Case(
+        "distributed-marker-unknown-keyword",
+        source=marked("@pytest.mark.torch_distributed(world_size=2, shards=3)"),
+        kind="collection",
+        expect=("test_marked", "torch_distributed", "shards", "world_size="),
+    ),
+    Case(
+        "distributed-marker-unknown-device",
+        source=marked("@pytest.mark.torch_distributed(world_size=2, device='tpu')"),
+        kind="collection",
+        expect=("test_marked", "torch_distributed", "'tpu'"),
+    ),
+    Case(
+        "distributed-marker-backend-not-built",
+        source=marked("@pytest.mark.torch_distributed(world_size=2, backend='nonesuch')"),
+        kind="collection",
+        expect=("test_marked", "torch_distributed", "'nonesuch'", "leave backend unset"),
+    ),
+    Case(
         "benchmark-suite-bad-batch-sizes",
         source="import torch\nfrom pytest_torch.perf import benchmark_suite\n\n\n@benchmark_suite(batch_sizes=[0])\ndef test_marked(batch_size):\n    return torch.nn.Linear(2, 2), torch.randn(batch_size, 2)\n",
         kind="collection",
@@ -332,6 +384,16 @@ CASES = [
         expect=(
             "memory_tolerance must be a finite number >= 0, got inf (0.1 allows 10 % more",
             "test_marked",
+        ),
+    ),
+    Case(
+        "rank-fixture-without-the-marker",
+        source="def test_marked(rank):\n    pass\n",
+        kind="failure",
+        expect=(
+            "test_marked",
+            "the rank fixture is for tests that run on ranks",
+            "@pytest.mark.torch_distributed(world_size=2)",
         ),
     ),
     Case(

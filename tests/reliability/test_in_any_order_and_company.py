@@ -29,7 +29,7 @@ GENERATED = """
 import pytest
 import torch
 
-from pytest_torch import assert_close, assert_deterministic
+from pytest_torch import assert_close, assert_deterministic, assert_same_across_ranks
 
 
 @pytest.mark.parametrize("size", range(8))
@@ -75,6 +75,16 @@ def test_deterministic(make_tensor):
     model = torch.nn.Linear(4, 4)
     x = make_tensor(3, 4)
     assert_deterministic(lambda: model(x))
+
+
+@pytest.mark.torch_distributed(world_size=2)
+def test_on_two_ranks(rank, world_size):
+    import torch.distributed as dist
+
+    total = torch.tensor([float(rank)])
+    dist.all_reduce(total)
+    assert_same_across_ranks(total)
+    assert total.item() == world_size * (world_size - 1) / 2
 
 
 def test_a_real_mismatch_fails(make_tensor):
@@ -144,6 +154,7 @@ def suites(tmp_path_factory) -> dict[str, tuple[Path, dict[str, str]]]:
     generated_outcomes = found["generated"][1]
     assert generated_outcomes["test_generated::test_a_real_mismatch_fails"] == "failure"
     assert generated_outcomes["test_generated::test_missing_baseline_is_a_skip"] == "skipped"
+    assert generated_outcomes["test_generated::test_on_two_ranks"] == "passed"
     return found
 
 

@@ -125,7 +125,7 @@ def test_the_root_declares_what_the_installed_packages_declare():
 # it sees: the root must serve exactly core's and that package's names, and name the
 # distribution to install for every other one.
 
-FEATURES = ("perf", "memory", "determinism", "xdist", "ci")
+FEATURES = ("perf", "memory", "determinism", "xdist", "ci", "distributed")
 
 CHILD = """
 import json, sys

@@ -17,7 +17,7 @@ else:  # the oldest supported Python
 
 REPO = Path(__file__).resolve().parents[3]
 PACKAGES = REPO / "packages"
-FEATURES = ("perf", "memory", "determinism", "xdist", "ci")
+FEATURES = ("perf", "memory", "determinism", "xdist", "ci", "distributed")
 
 
 def _project(folder: Path) -> dict:

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from pytest_torch.determinism import NondeterminismError as NondeterminismError
     from pytest_torch.determinism import assert_deterministic as assert_deterministic
     from pytest_torch.determinism import diagnose_nondeterminism as diagnose_nondeterminism
+    from pytest_torch.distributed import assert_replicas_in_sync as assert_replicas_in_sync
+    from pytest_torch.distributed import assert_same_across_ranks as assert_same_across_ranks
     from pytest_torch.memory import MemoryBudgetError as MemoryBudgetError
     from pytest_torch.memory import MemoryLeakError as MemoryLeakError
     from pytest_torch.memory import assert_max_memory as assert_max_memory
@@ -63,6 +65,8 @@ DISTRIBUTIONS = {
     "NondeterminismError": "pytest-torch-determinism",
     "assert_deterministic": "pytest-torch-determinism",
     "diagnose_nondeterminism": "pytest-torch-determinism",
+    "assert_replicas_in_sync": "pytest-torch-distributed",
+    "assert_same_across_ranks": "pytest-torch-distributed",
     "MemoryBudgetError": "pytest-torch-memory",
     "MemoryLeakError": "pytest-torch-memory",
     "assert_max_memory": "pytest-torch-memory",
