@@ -113,7 +113,10 @@ class Controller:
                 stack_file=str(stack_file),
             )
 
-        pool = RankPool(plan.world_size, plan.backend, list(plan.devices), workdir, setup)
+        live = config.getoption("capture", "fd") == "no"  # -s: the ranks' output live too
+        pool = RankPool(
+            plan.world_size, plan.backend, list(plan.devices), workdir, setup, live_output=live
+        )
         pool.start()
         self.pools[plan.pool_key] = pool
         return pool

@@ -104,7 +104,10 @@ class RankPool:
         devices: list[str],
         workdir: Path,
         setup: Callable[[int, str, int, Path], msg.Setup],
+        live_output: bool = False,
     ) -> None:
+        #: the ranks write to pytest's own output (``-s``) instead of their logs
+        self.live_output = live_output
         self.world_size = world_size
         self.backend = backend
         self.devices = devices
@@ -145,8 +148,8 @@ class RankPool:
                 [sys.executable, "-c", code, str(to_rank_r), str(from_rank_w), str(os.getpid())],
                 pass_fds=(to_rank_r, from_rank_w),
                 stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
+                stdout=None if self.live_output else out,
+                stderr=None if self.live_output else subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
             )
