@@ -44,8 +44,11 @@ def make_suite(files: dict[str, str]) -> Path:
     return root
 
 
-def run_pytest(root: Path, args: Sequence[str]) -> tuple[float, bool, str]:
-    """Wall seconds, whether torch was imported, and the output of one pytest run."""
+def run_pytest(
+    root: Path, args: Sequence[str], extra_env: dict[str, str] | None = None
+) -> tuple[float, bool, str]:
+    """Wall seconds, whether torch was imported, and the output of one pytest run
+    (``extra_env`` added to its environment)."""
     # Bytecode is cached as after a normal `pip install` (the warm-up run writes it),
     # so the figures do not count compiling the plugins' sources on every start.
     env = {
@@ -53,6 +56,7 @@ def run_pytest(root: Path, args: Sequence[str]) -> tuple[float, bool, str]:
         for k, v in os.environ.items()
         if not k.startswith("PYTEST_") and k != "PYTHONDONTWRITEBYTECODE"
     }
+    env.update(extra_env or {})
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-c", PROBE, "-q", "-p", "no:cacheprovider", *args],

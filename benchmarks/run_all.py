@@ -32,6 +32,7 @@ BENCHMARKS = [
     ("sync_cost.py", [], ["--repeats", "5"]),
     ("compile_cost.py", [], ["--repeats", "2"]),
     ("xdist_threads.py", [], ["--repeats", "1"]),
+    ("distributed_pool.py", [], ["--tests", "10"]),
 ]
 
 

@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from pytest_torch.distributed import protocol as msg
 from pytest_torch.distributed.groups import c10d
-from pytest_torch.distributed.processes import describe_exit, kill_group
+from pytest_torch.distributed.processes import describe_exit, stop
 from pytest_torch.distributed.stacks import Frame, crash_report, main_stack, read_when_written
 
 #: how long ranks may take to start (import torch, collect) before the pool gives up
@@ -202,16 +202,12 @@ class RankPool:
     def close(self, graceful: bool = True) -> None:
         """Stop every rank (politely first when ``graceful``) and the rendezvous."""
         for rank in self._ranks:
-            if graceful and rank.alive and rank.process.poll() is None:
+            if graceful and rank.alive and rank.process.returncode is None:
                 with contextlib.suppress(OSError, ValueError):
                     rank.to_rank.send(msg.Stop())
         deadline = time.monotonic() + (5.0 if graceful else 0.0)
         for rank in self._ranks:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                rank.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            kill_group(rank.process.pid)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                rank.process.wait(timeout=5)
+            stop(rank.process, max(0.0, deadline - time.monotonic()))
             for conn in (rank.to_rank, rank.from_rank):
                 with contextlib.suppress(OSError):
                     conn.close()
@@ -281,9 +277,8 @@ class RankPool:
                     self._take(state, conn.recv(), seq)
             except (EOFError, OSError):
                 handle.alive = False
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    handle.process.wait(timeout=2)
-                state.returncode = handle.process.poll()
+                stop(handle.process, 2.0)  # its pipe closed: it is gone, or going
+                state.returncode = handle.process.returncode
                 if state.returncode is None:
                     state.returncode = -signal.SIGKILL
                 state.log_tail = log_tail(handle.log)

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -37,6 +38,31 @@ def die_with_parent(parent_pid: int) -> None:
                 os._exit(1)
 
     threading.Thread(target=watch, name="pytest-torch-parent-watch", daemon=True).start()
+
+
+def stop(process: subprocess.Popen[bytes], wait: float) -> None:
+    """Give a rank up to ``wait`` seconds to exit by itself, then SIGKILL its whole
+    session, and reap it. The session is killed while the rank's pid is not reaped yet,
+    so that id cannot name another process; a rank reaped earlier is only waited for."""
+    if process.returncode is None:
+        deadline = time.monotonic() + wait
+        while not _exited(process) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if process.returncode is None:
+            kill_group(process.pid)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)
+
+
+def _exited(process: subprocess.Popen[bytes]) -> bool:
+    """Whether the process has exited, without reaping it where the OS can tell."""
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:  # macOS: poll() reaps, and stop() then leaves the group alone
+        return process.poll() is not None
+    try:
+        return waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def kill_group(pid: int) -> None:
