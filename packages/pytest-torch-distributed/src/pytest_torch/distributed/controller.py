@@ -105,7 +105,6 @@ class Controller:
                 store_port=port,
                 threads=threads,
                 args=args,
-                options={},
                 nodeids=nodeids,
                 sys_path=list(sys.path),
                 basetemp=str(basetemp / f"distributed-rank{rank}"),

@@ -26,10 +26,9 @@ class Setup:
     store_host: str
     store_port: int
     threads: int
-    #: the controller's command line (plugins, options), its resolved options and the
-    #: test ids this rank collects
+    #: the controller's command line (plugins, options) and the test ids this rank may
+    #: be asked to run
     args: list[str]
-    options: dict[str, Any]
     nodeids: list[str]
     sys_path: list[str]
     basetemp: str
