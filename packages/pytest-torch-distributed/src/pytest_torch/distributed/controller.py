@@ -16,7 +16,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Literal
@@ -27,7 +26,7 @@ from pytest_torch.core.cpus import available_cores
 from pytest_torch.distributed import protocol as msg
 from pytest_torch.distributed.plan import Plan
 from pytest_torch.distributed.pool import PoolStartError, RankPool, RankRun
-from pytest_torch.distributed.reports import merged_reports
+from pytest_torch.distributed.reports import merged_reports, phase_report
 
 #: the teardown report's attribute that carries what a test cost the pool
 REPORT_ATTRIBUTE = "torch_distributed"
@@ -139,32 +138,12 @@ def rank_threads(world_size: int) -> int:
 def _error(
     item: pytest.Item, when: Literal["setup", "call", "teardown"], text: str
 ) -> pytest.TestReport:
-    now = time.time()
-    return pytest.TestReport(
-        item.nodeid,
-        item.location,
-        {k: 1 for k in item.keywords},
-        "failed",
-        text,
-        when,
-        start=now,
-        stop=now,
-    )
+    return phase_report(item, when, "failed", text)
 
 
 def _skipped(item: pytest.Item, why: str) -> pytest.TestReport:
-    now = time.time()
-    lineno = item.location[1]
-    return pytest.TestReport(
-        item.nodeid,
-        item.location,
-        {k: 1 for k in item.keywords},
-        "skipped",
-        (str(item.path), (lineno or 0) + 1, why),
-        "setup",
-        start=now,
-        stop=now,
-    )
+    location = (str(item.path), (item.location[1] or 0) + 1, why)
+    return phase_report(item, "setup", "skipped", location)
 
 
 def _annotate(reports: list[pytest.TestReport], plan: Plan, run: RankRun, started: float) -> None:

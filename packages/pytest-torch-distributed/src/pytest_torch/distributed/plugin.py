@@ -25,7 +25,12 @@ from pytest_torch.core.loading import require_core
 from pytest_torch.core.markers import definition_of
 from pytest_torch.distributed.markers import DISTRIBUTED
 from pytest_torch.distributed.options import TIMEOUT_OPTION, add_options
-from pytest_torch.distributed.world import RankInfo, launched_by_torchrun, rank_key
+from pytest_torch.distributed.world import (
+    RankInfo,
+    launched_by_torchrun,
+    rank_key,
+    run_without_terminal,
+)
 
 if TYPE_CHECKING:
     from pytest_torch.distributed.controller import Controller, Tally
@@ -41,10 +46,8 @@ TORCHRUN = "torch_distributed_torchrun"
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     require_core(pluginmanager, "torch_distributed")
-    if launched_by_torchrun():
-        from pytest_torch.distributed.torchrun import quiet_unless_rank_zero
-
-        quiet_unless_rank_zero(pluginmanager)
+    if launched_by_torchrun() and os.environ.get("RANK") != "0":
+        run_without_terminal(pluginmanager)  # rank 0 reports for the world
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -179,7 +179,7 @@ class RankPool:
                 try:
                     answer = handle.from_rank.recv()
                 except (EOFError, OSError):
-                    handle.process.wait(timeout=5)
+                    stop(handle.process, 5.0)
                     raise PoolStartError(self._start_failure(handle)) from None
                 if isinstance(answer, msg.Broken):
                     raise PoolStartError(f"rank {handle.rank} could not start: {answer.text}")
@@ -196,8 +196,8 @@ class RankPool:
 
     def _start_failure(self, rank: _Rank) -> str:
         code = rank.process.poll()
-        tail = "\n".join(log_tail(rank.log))
-        return f"rank {rank.rank} {describe_exit(code)} while starting. Its output:\n{tail}"
+        shown = "\n".join(tail(read_log(rank.log)))
+        return f"rank {rank.rank} {describe_exit(code)} while starting. Its output:\n{shown}"
 
     def close(self, graceful: bool = True) -> None:
         """Stop every rank (politely first when ``graceful``) and the rendezvous."""
@@ -281,9 +281,9 @@ class RankPool:
                 state.returncode = handle.process.returncode
                 if state.returncode is None:
                     state.returncode = -signal.SIGKILL
-                state.log_tail = log_tail(handle.log)
-                with contextlib.suppress(OSError):
-                    state.crash = crash_report(handle.log.read_text(errors="replace"))
+                log = read_log(handle.log)
+                state.log_tail = tail(log)
+                state.crash = crash_report(log)
 
     @staticmethod
     def _take(state: RankState, answer: object, seq: int) -> None:
@@ -306,10 +306,14 @@ class RankPool:
             run.ranks[rank.rank].stack = main_stack(text, rank.main_thread)
 
 
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
-    """The last lines a rank wrote to its own output."""
+def read_log(path: Path) -> str:
+    """What a rank wrote to its own output ("" when it wrote nothing there)."""
     try:
-        text = path.read_text(errors="replace")
+        return path.read_text(errors="replace")
     except OSError:
-        return []
-    return text.rstrip().splitlines()[-lines:]
+        return ""
+
+
+def tail(log: str, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last lines of a rank's log."""
+    return log.rstrip().splitlines()[-lines:]

@@ -17,7 +17,6 @@ import datetime
 import os
 import sys
 import threading
-import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -25,7 +24,8 @@ import pytest
 
 from pytest_torch.distributed import protocol as msg
 from pytest_torch.distributed.groups import c10d, group_for_test
-from pytest_torch.distributed.world import RankInfo, rank_key
+from pytest_torch.distributed.reports import phase_report
+from pytest_torch.distributed.world import RankInfo, rank_key, run_without_terminal
 
 #: options that are the controller's alone: its reports, its selection, its workers
 _CONTROLLER_ONLY: dict[str, Any] = {
@@ -59,6 +59,9 @@ def run_session(setup: msg.Setup, inbox: Connection, outbox: Connection) -> int:
     if "no:cacheprovider" not in " ".join(setup.args).replace("-p ", ""):
         args += ["-o", f"cache_dir={setup.cache_dir}"]  # the run's cache is the controller's
     config = _prepareconfig(args, None)
+    # the controller reports; a rank's own output is its log, kept for what pytest does
+    # not capture (a crash, native libraries' messages)
+    run_without_terminal(config.pluginmanager)
     for name, value in {**_CONTROLLER_ONLY, "basetemp": setup.basetemp}.items():
         if hasattr(config.option, name) or name == "basetemp":
             setattr(config.option, name, value)
@@ -83,14 +86,6 @@ class RankRunner:
         #: collector id -> ("skipped" or "error", why)
         self.collect_problems: dict[str, tuple[str, str]] = {}
         self.seq = 0
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_configure(self, config: pytest.Config) -> None:
-        # the controller reports; a rank's own output is its log, kept for what pytest
-        # does not capture (a crash, native libraries' messages)
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            config.pluginmanager.unregister(reporter)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -193,18 +188,7 @@ class RankRunner:
             f"rank {self.setup.rank} could not join the test's process group"
             f" ({self.setup.backend}): {type(exc).__name__}: {exc}"
         )
-        now = time.time()
-        report = pytest.TestReport(
-            item.nodeid,
-            item.location,
-            {k: 1 for k in item.keywords},
-            "failed",
-            text,
-            "setup",
-            start=now,
-            stop=now,
-        )
-        self.pytest_runtest_logreport(report)
+        self.pytest_runtest_logreport(phase_report(item, "setup", "failed", text))
         self.outbox.send(msg.Done(order.seq, self.setup.rank, "its process group failed"))
 
 

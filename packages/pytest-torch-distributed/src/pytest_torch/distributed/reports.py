@@ -10,7 +10,8 @@ rank. The short summary line (``-rA``, JUnit's message) starts with the rank.
 from __future__ import annotations
 
 import re
-from typing import Any
+import time
+from typing import Any, Literal
 
 import pytest
 from _pytest._code.code import ExceptionChainRepr, ReprFileLocation, ReprTraceback
@@ -78,6 +79,21 @@ _EMPTY = ReprTraceback(reprentries=[], extraline=None, style="long")
 
 def _rule(title: str) -> str:
     return f"{'-' * 30} {title} {'-' * max(3, 46 - len(title))}"
+
+
+def phase_report(
+    item: pytest.Item,
+    when: Literal["setup", "call", "teardown"],
+    outcome: Literal["passed", "failed", "skipped"],
+    longrepr: Any,
+) -> pytest.TestReport:
+    """A report for ``item`` made here rather than by pytest's protocol: a test its
+    ranks could not collect, start or join a process group for."""
+    now = time.time()
+    keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
+    return pytest.TestReport(
+        item.nodeid, item.location, keywords, outcome, longrepr, when, start=now, stop=now
+    )
 
 
 def _reports(config: pytest.Config, state: RankState) -> dict[str, pytest.TestReport]:

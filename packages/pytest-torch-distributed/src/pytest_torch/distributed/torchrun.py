@@ -39,13 +39,6 @@ ARRIVAL_TIMEOUT = datetime.timedelta(hours=6)
 GRACE_S = 30.0
 
 
-def quiet_unless_rank_zero(pluginmanager: pytest.PytestPluginManager) -> None:
-    """Rank 0 reports for the world: the other ranks run without pytest's terminal
-    (as with ``-p no:terminal``), blocked before it prints anything."""
-    if os.environ.get("RANK", "0") != "0":
-        pluginmanager.set_blocked("terminal")
-
-
 def world_from_environment() -> RankInfo:
     from pytest_torch.core import devices
 

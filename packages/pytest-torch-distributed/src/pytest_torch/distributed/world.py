@@ -28,3 +28,9 @@ def launched_by_torchrun(environ: dict[str, str] | None = None) -> bool:
     environment contract) as one rank of a world."""
     env = os.environ if environ is None else environ
     return all(env.get(name) for name in TORCHRUN_VARIABLES)
+
+
+def run_without_terminal(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Run this session without pytest's terminal (as with ``-p no:terminal``): another
+    process reports for it. Called before ``pytest_configure``, so it prints nothing."""
+    pluginmanager.set_blocked("terminal")
