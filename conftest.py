@@ -248,24 +248,29 @@ def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
 # What the machine looks like to the plugin's measurements in an inner run: real timings,
 # but interference faked, so that a verdict never depends on what else this machine is
 # doing while the tests run. Quiet: no waiting, the core never slow. Busy: every sample
-# waits for a CPU 90 % of its time (the run queue and the thread's CPU clock agree), so
-# the code can have run 10x faster than measured: a result 11 to 110 times its limit is
-# not judged, one more than 110 times over fails even so.
+# waits for a CPU 90 % of its own time (the run queue and the thread's CPU clock agree),
+# so the code can have run 10x faster than measured: a result 11 to 110 times its limit
+# is not judged, one more than 110 times over fails even so. The fake's figures follow
+# each sample's own time, not the wall clock around it, so a real preemption of this
+# process (a busy CI machine) never changes them.
 MACHINE = """
-import time
-
 import pytest
 
 from pytest_torch.perf.engines.wall import contention, machine_probes
 
 BUSY = {busy}
+#: the share of each sample's time it waited, on the busy machine
+WAITED = 0.9
 
 
 class Waiting:
     method = "run-queue wait"
 
+    def __init__(self):
+        self.total = 0.0
+
     def waited(self):
-        return 0.9 * time.perf_counter(), 0.0
+        return self.total, 0.0
 
     def close(self):
         pass
@@ -275,7 +280,6 @@ class FakeMonitor(contention.Monitor):
     def __init__(self, probe, **kwargs):
         if probe is not None:
             probe.close()
-        share = 0.1 if BUSY else 1.0
         super().__init__(
             Waiting() if BUSY else None,
             device_type="cpu",
@@ -285,8 +289,16 @@ class FakeMonitor(contention.Monitor):
             cores=2,
             reference=machine_probes.LoopReference(),
             core_reference=machine_probes.LoopReference(),
-            thread_clock=lambda: share * time.perf_counter(),
         )
+
+    def timed(self, block):
+        seconds = block()
+        waited = WAITED * seconds if BUSY else 0.0
+        if self.probe is not None:
+            self.probe.total += waited
+        self._blocks.append(contention._Block(seconds, waited))
+        self.readings.append(self.reading())
+        return seconds
 
 
 @pytest.fixture(autouse=True)
