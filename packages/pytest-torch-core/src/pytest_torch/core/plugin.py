@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_torch.core import devices, hookspecs, reach, seeding, session
+from pytest_torch.core import devices, hookspecs, reach, seeding, session, torch_logs
 from pytest_torch.core.chosen_device import resolve_device
 from pytest_torch.core.markers import DEVICES
 from pytest_torch.core.options import DEVICE, SEED, add_options, read_settings
@@ -120,9 +120,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    torch_logs.detach_capture_handlers()  # pytest's handlers are attached by now
     problem = item.stash.get(marker_problem_key, None)
     if problem is not None:
         pytest.fail(problem, pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    torch_logs.detach_capture_handlers()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    torch_logs.detach_capture_handlers()
 
 
 @pytest.hookimpl(wrapper=True)
