@@ -94,6 +94,59 @@ def test_unusable_files_are_reported_with_their_path_and_never_replaced(
     assert path.read_text() == content
 
 
+INSTRUCTIONS = {"instructions": 2_000_000, "spread": 0.001, "repeats": 5, "interpreter": 80_000}
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"instructions": 0}, "instructions must be above 0, got 0"),
+        ({"instructions": -5}, "instructions must be above 0, got -5"),
+        ({"instructions": 2.5e6}, "a whole number expected, got 2500000.0"),
+        ({"instructions": True}, "a whole number expected, got True"),
+        ({"interpreter": -1}, "interpreter must be from 0 to the instructions (2,000,000), got -1"),
+        ({"interpreter": 3_000_000}, "interpreter must be from 0 to the instructions"),
+        ({"allocator": 2_000_001}, "allocator must be from 0 to the instructions"),
+        (
+            {"allocator": 1_950_000},
+            "interpreter and allocator add up to more than the instructions (80,000 + 1,950,000",
+        ),
+        ({"spread": -0.1}, "spread must be a finite number >= 0, got -0.1"),
+        ({"spread": float("nan")}, "spread must be a finite number >= 0, got nan"),
+        ({"repeats": -1}, "repeats must be 0 or more, got -1"),
+        ({"functions": {"f (lib.so)": -3}}, "functions: 'f (lib.so)' has a negative count (-3)"),
+    ],
+)
+def test_instruction_counts_no_recording_writes_are_malformed(tmp_path, change, expected):
+    path = tmp_path / "b.json"
+    document = {"format": 1, "machines": {}, "instructions": {"key": {"t::a": INSTRUCTIONS}}}
+    document["instructions"]["key"]["t::a"] = {**INSTRUCTIONS, **change}
+    path.write_text(json.dumps(document))
+    with pytest.raises(BaselineFileError) as info:
+        BaselineFile(
+            path, rerecord="pytest --torch-update-perf --torch-perf-measure=instructions"
+        ).read()
+    message = str(info.value)
+    assert f"{path}: instructions 't::a': entry is malformed ({expected}" in message
+    assert message.endswith(
+        f"move it aside and re-record: mv {path} {path}.old && pytest --torch-update-perf"
+        " --torch-perf-measure=instructions"
+    )
+
+
+def test_a_newer_format_says_upgrade_or_move_it_aside(tmp_path):
+    path = tmp_path / "b.json"
+    path.write_text('{"format": 99, "machines": {}}')
+    with pytest.raises(BaselineFileError) as info:
+        BaselineFile(path, rerecord="pytest --torch-update-perf").read()
+    assert str(info.value) == (
+        f"the perf baseline file {path} has format 99; this version of pytest-torch-perf"
+        " reads format 1. Nothing was changed. A newer pytest-torch-perf wrote it: upgrade"
+        f" pytest-torch-perf, or move it aside and re-record: mv {path} {path}.old &&"
+        " pytest --torch-update-perf"
+    )
+
+
 WRITER = """
 import sys
 from pytest_torch.perf.baselines import BaselineFile

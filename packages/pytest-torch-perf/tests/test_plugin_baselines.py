@@ -8,6 +8,8 @@ faked (conftest's quiet_machine and busy_machine), never left to chance.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 
 import pytest
 
@@ -144,16 +146,49 @@ def test_other_thread_count_is_not_judged(suite, run):
     run(FAST, "--torch-perf-strict", "-k", "test_speed").assert_outcomes(failed=1)
 
 
-def test_corrupt_file_fails_clearly_and_is_left_alone(suite, run):
+def test_corrupt_file_stops_the_run_once_before_any_test_and_is_left_alone(suite, run):
     path = suite.path / ".torch-perf-baselines.json"
     path.write_text("{oops")
-    result = run(FAST, "-k", "test_speed")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([f"E * the perf baseline file {path} is not valid JSON*"])
-    result = run(FAST, "--torch-update-perf")
+    for args in ([], ["--torch-update-perf"]):
+        result = run(FAST, *args)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: the perf baseline file {path} is not valid JSON*"])
+        assert result.stderr.str().count("not valid JSON") == 1
+        assert "collected" not in result.stdout.str()
+        assert path.read_text() == "{oops"
+    # the command it gives works
+    (command,) = re.findall(r"re-record: (mv .*)$", result.stderr.str(), re.M)
+    mv, update = command.split(" && ")
+    subprocess.run(mv, shell=True, check=True, cwd=suite.path)
+    assert update == "pytest --torch-update-perf"
+    run(FAST, update.split()[1]).assert_outcomes(passed=2)
+    assert (suite.path / ".torch-perf-baselines.json.old").read_text() == "{oops"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"format": 99, "machines": {}}', "has format 99*A newer pytest-torch-perf wrote it"),
+        (
+            '{"format": 1, "machines": {}, "instructions": {"k": {"t::a": {"instructions": -4}}}}',
+            "*instructions 't::a': entry is malformed (instructions must be above 0, got -4)*",
+        ),
+    ],
+)
+def test_counting_runs_say_so_before_valgrind_starts_with_a_command_that_works(
+    suite, run, content, problem
+):
+    path = suite.path / ".torch-perf-baselines.json"
+    path.write_text(content)
+    result = run("--torch-perf-measure=instructions")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: the perf baseline file {path} is not valid JSON*"])
-    assert path.read_text() == "{oops"
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: *{path}*{problem}*re-record: mv {path} {path}.old && pytest"
+            " --torch-update-perf --torch-perf-measure=instructions"
+        ]
+    )
+    assert path.read_text() == content
 
 
 def test_baseline_path_option_and_ini_twin(suite, run):

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -74,19 +75,30 @@ class BaselineFileError(Exception):
     """The baseline file exists but cannot be used; the message names it and the fix."""
 
 
-def _fix_hint(path: Path) -> str:
+def _fix_hint(path: Path, rerecord: str) -> str:
     return (
-        f"Fix or restore it from version control (git checkout -- {path.name}), or delete"
-        f" it and re-record with: pytest {UPDATE}"
+        f"Fix or restore it from version control (git checkout -- {path.name}), or move"
+        f" it aside and re-record: {_move_aside(path)} && {rerecord}"
     )
+
+
+def _move_aside(path: Path) -> str:
+    return f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.old')}"
 
 
 class BaselineFile:
     """Reads and merges the baseline file at ``path``; ``parsers``: each engine's
     section and the parser of its entries (None: every engine's)."""
 
-    def __init__(self, path: Path | str, parsers: Mapping[str, Parser] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        parsers: Mapping[str, Parser] | None = None,
+        rerecord: str = f"pytest {UPDATE}",
+    ) -> None:
         self.path = Path(path)
+        #: the command that records this run's baselines, for the messages
+        self.rerecord = rerecord
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         if parsers is None:
             from pytest_torch.perf.engines import entry_parsers  # a cycle: engines use files
@@ -115,10 +127,24 @@ class BaselineFile:
                 if not isinstance(tests, dict):
                     raise BaselineFileError(f"{self.path}: {section} {key!r} is malformed")
                 sections[section][key] = {
-                    test: parse(entry, f"{self.path}: {test!r}") for test, entry in tests.items()
+                    test: self._parse(parse, entry, f"{self.path}: {section} {test!r}")
+                    for test, entry in tests.items()
                 }
         unknown = {k: v for k, v in data.items() if k not in self.parsers and k != "format"}
         return sections, unknown
+
+    def _parse(self, parse: Parser, entry: Any, where: str) -> Any:
+        if not isinstance(entry, Mapping):
+            raise BaselineFileError(
+                f"{where}: entry is malformed (an object expected, got {type(entry).__name__})."
+                f" Nothing was changed. {_fix_hint(self.path, self.rerecord)}"
+            )
+        try:
+            return parse(entry, where)
+        except BaselineFileError as exc:
+            raise BaselineFileError(
+                f"{exc}. Nothing was changed. {_fix_hint(self.path, self.rerecord)}"
+            ) from None
 
     def _document(self) -> dict[str, Any] | None:
         try:
@@ -128,26 +154,34 @@ class BaselineFile:
         except OSError as exc:
             raise BaselineFileError(
                 f"cannot read the perf baseline file {self.path}: {exc.strerror}."
-                f" {_fix_hint(self.path)}"
+                f" {_fix_hint(self.path, self.rerecord)}"
             ) from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise BaselineFileError(
                 f"the perf baseline file {self.path} is not valid JSON (line {exc.lineno},"
-                f" column {exc.colno}: {exc.msg}). Nothing was changed. {_fix_hint(self.path)}"
+                f" column {exc.colno}: {exc.msg}). Nothing was changed."
+                f" {_fix_hint(self.path, self.rerecord)}"
             ) from None
         if not isinstance(data, dict) or not isinstance(data.get(REQUIRED), dict):
             raise BaselineFileError(
                 f"the perf baseline file {self.path} does not have the expected layout"
                 f' (an object with "format" and "machines"). Nothing was changed.'
-                f" {_fix_hint(self.path)}"
+                f" {_fix_hint(self.path, self.rerecord)}"
             )
-        if data.get("format") != FORMAT:
+        found = data.get("format")
+        if found != FORMAT:
+            newer = isinstance(found, int) and not isinstance(found, bool) and found > FORMAT
+            advice = (
+                "A newer pytest-torch-perf wrote it: upgrade pytest-torch-perf, or move it"
+                if newer
+                else "Move it"
+            )
             raise BaselineFileError(
-                f"the perf baseline file {self.path} has format {data.get('format')!r};"
-                f" this version of pytest-torch-perf reads format {FORMAT}. Upgrade"
-                f" pytest-torch-perf, or re-record with: pytest {UPDATE}"
+                f"the perf baseline file {self.path} has format {found!r}; this version of"
+                f" pytest-torch-perf reads format {FORMAT}. Nothing was changed. {advice}"
+                f" aside and re-record: {_move_aside(self.path)} && {self.rerecord}"
             )
         return data
 

@@ -194,6 +194,16 @@ OPTIONS: tuple[Option[Any], ...] = (
 )
 
 
+#: options of runs that measure nothing (no baseline file read, no Valgrind started)
+_NOTHING_MEASURED = ("help", "version", "collectonly", "showfixtures", "show_fixtures_per_test",
+                     "markers")  # fmt: skip
+
+
+def measures_nothing(config: pytest.Config) -> bool:
+    """Whether the run only shows something (help, markers, the collected tests)."""
+    return any(config.getoption(name, default=None) for name in _NOTHING_MEASURED)
+
+
 def add_options(parser: pytest.Parser, engines: Mapping[str, str]) -> None:
     """Declare the perf options, each with its ini twin, in one ``--help`` group
     (``engines``: each measurement engine's name and what it measures)."""

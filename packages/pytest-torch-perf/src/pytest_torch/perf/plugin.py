@@ -63,9 +63,14 @@ def _settings(config: pytest.Config) -> PerfSettings:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """The session's engine may run it another way (instruction counts: again, under
+    """A baseline file the run could not use stops it here, once, before any test runs;
+    then the session's engine may run it another way (instruction counts: again, under
     Valgrind), and return its exit status."""
-    return ENGINES[_settings(config).measure].launch(config)
+    settings = _settings(config)
+    engine = ENGINES[settings.measure]
+    if not options.measures_nothing(config):
+        PerfSession(settings, engine).check_file()
+    return engine.launch(config)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -76,8 +81,6 @@ def pytest_configure(config: pytest.Config) -> None:
             pytest.PytestConfigWarning(settings.threads_warning), stacklevel=2
         )
     session = PerfSession(settings, ENGINES[settings.measure])
-    if settings.update:
-        session.check_recording()
     config.stash[session_key] = session
     config.pluginmanager.register(_ResultCollector(session), "torch_perf_results")
 

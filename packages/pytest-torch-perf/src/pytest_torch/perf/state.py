@@ -13,6 +13,7 @@ from pytest_torch.core.fingerprint import hardware_fingerprint
 from pytest_torch.perf.baselines import BaselineFile, BaselineFileError
 from pytest_torch.perf.engines import entry_parsers
 from pytest_torch.perf.engines.base import Engine
+from pytest_torch.perf.options import UPDATE
 from pytest_torch.perf.settings import PerfSettings
 
 if TYPE_CHECKING:
@@ -40,8 +41,15 @@ class PerfSession:
     def file(self) -> BaselineFile:
         """The baseline file, each engine's section parsed by its own entries."""
         if self._file is None:
-            self._file = BaselineFile(self.settings.baseline_path, entry_parsers())
+            self._file = BaselineFile(
+                self.settings.baseline_path, entry_parsers(), rerecord=self.rerecord()
+            )
         return self._file
+
+    def rerecord(self) -> str:
+        """The command that records this run's baselines: ``pytest --torch-update-perf``
+        with the engine's option (``--torch-perf-measure=instructions``)."""
+        return f"pytest {UPDATE}{self.engine.option}"
 
     def machine(self) -> str:
         """This machine's hardware fingerprint key (the wall clock's baseline key)."""
@@ -53,11 +61,14 @@ class PerfSession:
         """A new baseline, written into the file at the end of the run."""
         self.pending.setdefault(section, {}).setdefault(key, {})[label] = entry
 
-    def check_recording(self) -> None:
-        """A recording run: refuse before any test runs when the baselines could not be
-        saved, or the file there cannot be read (rather than lose the recordings)."""
+    def check_file(self) -> None:
+        """Before any test runs (and before an engine starts the session another way):
+        refuse when the baseline file cannot be read (a comparing run would fail every
+        check with it, a recording run could not merge into it), or a recording run
+        could not save its baselines."""
         try:
-            self.file().check_writable()
+            if self.settings.update:
+                self.file().check_writable()
             self.file().read()
         except BaselineFileError as exc:
             raise pytest.UsageError(str(exc)) from None
