@@ -151,7 +151,9 @@ def baseline_checker(item: pytest.Item, session: PerfSession) -> Callable[..., O
 
 
 def budget_not_judged(item: pytest.Item, test_budget: Budget, engine: Engine) -> None:
-    """A latency budget in a run whose engine cannot judge one: skipped, saying why."""
+    """A latency budget in a run whose engine cannot judge one: skipped, saying why (at
+    the test's line, not here)."""
+    __tracebackhide__ = True
     label = new_label(item, None, "latency")
     verdict = f"not judged: {MEASURE}={engine.name}"
     publish(item, PerfRecord(label, "budget", test_budget.stat, None, verdict, test_budget.ms))

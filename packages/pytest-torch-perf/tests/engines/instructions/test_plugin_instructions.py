@@ -5,10 +5,15 @@ the session again under Valgrind), skipped where Valgrind is not installed."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +21,7 @@ from pytest_torch.perf.engines.instructions.valgrind import INSTALL_HINT
 
 SUITE = """
 import os
+import time
 
 import pytest
 import torch
@@ -50,6 +56,13 @@ def test_budget(latency):
 @benchmark_suite(batch_sizes=(2,))
 def test_cases(batch_size):
     return model, torch.randn(batch_size, 32)
+
+
+def test_waits_to_be_stopped():
+    if "STOP_MARKER" in os.environ:
+        with open(os.environ["STOP_MARKER"], "w"):
+            pass
+        time.sleep(600)
 """
 
 needs_valgrind = pytest.mark.skipif(
@@ -121,6 +134,36 @@ def test_no_valgrind_is_a_usage_error_naming_the_package(pytester, run, monkeypa
     result.stderr.fnmatch_lines(["ERROR: *Valgrind, which is not installed*apt-get install*"])
 
 
+def test_a_missing_test_path_is_pytests_own_error_before_valgrind_starts(pytester, run):
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = run("--torch-perf-measure=instructions", "test_one.py", "tests/no_such_test.py::test")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: file or directory not found: tests/no_such_test.py::test"])
+    assert "Valgrind" not in result.stdout.str() + result.stderr.str()
+
+
+@needs_valgrind
+def test_torch_compiles_isa_probe_runs_natively_and_other_children_are_followed(tmp_path):
+    """torch.compile checks that its vector code loads in a child Python with a 60 s
+    timeout: followed under Valgrind on a loaded machine it timed out, and the build
+    that followed failed. The probe's own code is passed over; any other child is not."""
+    from torch._inductor.cpu_vec_isa import VecISA
+
+    from pytest_torch.perf.engines.instructions import valgrind
+
+    probe = VecISA._avx_py_load.replace("__lib_path__", "libm.so.6")
+    for child, followed in ((probe, False), ("print('other child')", True)):
+        folder = tmp_path / ("followed" if followed else "probe")
+        folder.mkdir()
+        parent = (
+            f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}], check=True)"
+        )
+        prefix = valgrind.command("valgrind", folder, [])[:-3]
+        subprocess.run([*prefix, sys.executable, "-c", parent], check=True, timeout=240)
+        outputs = list(folder.glob("callgrind.*"))
+        assert len(outputs) == (2 if followed else 1), (child, outputs)
+
+
 def test_collect_only_needs_no_valgrind(pytester, run, monkeypatch):
     monkeypatch.setenv("PATH", str(pytester.path))
     pytester.makepyfile(test_one="def test_one():\n    pass\n")
@@ -140,13 +183,14 @@ def _session(pytester, *args, calls=10):
 @needs_valgrind
 def test_live_record_then_compare_under_xdist(pytester):
     recorded = _session(pytester, "--torch-update-perf")
-    recorded.assert_outcomes(passed=3, skipped=1)
+    recorded.assert_outcomes(passed=4, skipped=1)
     recorded.stdout.fnmatch_lines(
         [
             "torch perf: counting instructions under Valgrind *",
-            "test_counts.py::test_steps * instructions * min of 5 * instr * recorded*",
+            "test_counts.py::test_steps * instructions * of 5 * instr * recorded*",
             "recorded 3 instruction count(s) for torch=* valgrind=* cpu=* in *",
-            "*latency budget not judged: this run counts instructions under Valgrind*",
+            "SKIPPED [[]1[]] test_counts.py:*: *latency budget not judged: this run counts"
+            " instructions under Valgrind*",
         ]
     )
     document = json.loads((pytester.path / ".torch-perf-baselines.json").read_text())
@@ -161,7 +205,7 @@ def test_live_record_then_compare_under_xdist(pytester):
 
     # 11 calls instead of 10: exactly 1.1x the model's work, on two xdist workers
     compared = _session(pytester, "-p", "xdist", "-n", "2", "--junitxml=report.xml", calls=11)
-    compared.assert_outcomes(passed=2, failed=1, skipped=1)
+    compared.assert_outcomes(passed=3, failed=1, skipped=1)
     compared.stdout.fnmatch_lines(
         [
             "*instruction count regression in test_counts.py::test_steps:",
@@ -177,3 +221,54 @@ def test_live_record_then_compare_under_xdist(pytester):
     xml = ET.parse(pytester.path / "report.xml")
     names = {prop.get("name"): prop.get("value") for prop in xml.iter("property")}
     assert float(names["torch_perf.test_counts.py::test_steady.instructions"]) > 0
+
+    _stopped_before_it_records(pytester)
+
+
+def _stopped_before_it_records(pytester):
+    """SIGTERM to pytest (``timeout``, a cancelled CI job) while the session under
+    Valgrind, with two xdist workers, has counted three tests and waits in a fourth:
+    every process of it ends within seconds, nothing is recorded, no folder is left."""
+    baselines = pytester.path / ".torch-perf-baselines.json"
+    before = baselines.read_bytes()
+    marker, temp = pytester.path / "stop-now", pytester.path / "tmp"
+    temp.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CALLS", "12")
+        patch.setenv("STOP_MARKER", str(marker))
+        patch.setenv("TMPDIR", str(temp))
+        process = pytester.popen(
+            [sys.executable, "-m", "pytest", "-p", "torch_perf", "-p", "xdist", "-n", "2",
+             "--dist", "loadfile", "-p", "no:randomly", "--torch-perf-measure=instructions",
+             "--torch-update-perf", "--torch-benchmark", "test_counts.py"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert marker.exists(), process.communicate(timeout=60)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        for pid, _ in _processes_in(pytester.path):  # a failed stop leaves none behind
+            os.kill(pid, signal.SIGKILL)
+    assert process.returncode == 128 + signal.SIGTERM
+    assert "SIGTERM: the session under Valgrind was stopped; nothing was recorded" in err.decode()
+    assert baselines.read_bytes() == before
+    assert not list(temp.iterdir())
+    assert not _processes_in(pytester.path)
+
+
+def _processes_in(folder) -> list[tuple[int, bytes]]:
+    """The processes working in ``folder``, but this one: pids and command lines."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            ours = not proc.name.isdigit() or int(proc.name) == os.getpid()
+            if not ours and os.readlink(proc / "cwd") == str(folder):
+                found.append((int(proc.name), (proc / "cmdline").read_bytes()))
+        except OSError:
+            continue
+    return found

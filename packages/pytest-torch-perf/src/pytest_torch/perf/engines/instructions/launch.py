@@ -10,20 +10,17 @@ import pytest
 from pytest_torch.core.devices import ACCELERATOR_TYPES
 from pytest_torch.core.options import option_or_ini, option_source
 from pytest_torch.perf.engines.instructions import client_requests, valgrind
-from pytest_torch.perf.options import MEASURE
-
-#: runs that measure nothing, which need no Valgrind
-_NOTHING_MEASURED = ("help", "version", "collectonly", "showfixtures", "show_fixtures_per_test",
-                     "markers")  # fmt: skip
+from pytest_torch.perf.options import MEASURE, measures_nothing
 
 
 def launch(config: pytest.Config) -> int | None:
     """The exit status of the session run under Valgrind, or None where this process
     runs the tests itself (it is that session, or an xdist worker of it, or nothing is
     measured)."""
-    if any(config.getoption(name, default=None) for name in _NOTHING_MEASURED):
+    if measures_nothing(config):
         return None
     _refuse_gpu_devices(config)
+    _refuse_missing_paths(config)
     problem = valgrind.unavailable()
     if problem is not None:
         raise pytest.UsageError(f"{MEASURE}=instructions: {problem}")
@@ -36,6 +33,7 @@ def launch(config: pytest.Config) -> int | None:
                 " check counts)"
             )
         config.add_cleanup(valgrind.threaded_from_now_on())
+        config.pluginmanager.register(_UnderValgrind(), "torch_perf_under_valgrind")
         return None
     if getattr(config, "workerinput", None) is not None:
         raise pytest.UsageError(
@@ -44,6 +42,25 @@ def launch(config: pytest.Config) -> int | None:
         )
     params = config.invocation_params
     return valgrind.run_session(list(params.args), params.dir)
+
+
+class _UnderValgrind:
+    """The session under Valgrind, once pytest's cache is set up."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        valgrind.use_inductor_cache(config)
+
+
+def _refuse_missing_paths(config: pytest.Config) -> None:
+    """pytest's own error for a test path that does not exist, before Valgrind starts
+    (the session under it would say the same, a minute later)."""
+    if config.args_source != pytest.Config.ArgsSource.ARGS or config.option.pyargs:
+        return
+    for arg in config.args:
+        path = arg.split("::", 1)[0]
+        if path and not (config.invocation_params.dir / path).exists():
+            raise pytest.UsageError(f"file or directory not found: {arg}")
 
 
 def _refuse_gpu_devices(config: pytest.Config) -> None:

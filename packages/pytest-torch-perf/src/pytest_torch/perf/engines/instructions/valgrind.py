@@ -13,6 +13,7 @@ The session under Valgrind learns where Callgrind writes, and which Valgrind it 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -20,8 +21,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from pytest_torch.perf.engines.instructions.client_requests import supported
 from pytest_torch.perf.options import MEASURE
@@ -39,6 +44,11 @@ _NOT_FOLLOWED = (
     "*clang*", "*/git", "*/nvidia-smi", "*/lscpu", "*/uname", "*/ldconfig", "*/sh",
     "*/bash", "*/openssl",
 )  # fmt: skip
+#: Python children that are never counted, by an argument: torch.compile's check that its
+#: vectorised code loads (``cdll.LoadLibrary`` in a child Python, under a 60 s timeout)
+#: takes seconds natively but a minute under Valgrind on a loaded machine, and when it
+#: times out torch.compile builds without the vector headers' macros and fails
+_NOT_FOLLOWED_BY_ARG = ("*cdll.LoadLibrary*",)
 
 
 def valgrind_executable() -> str | None:
@@ -97,6 +107,7 @@ def command(executable: str, folder: Path, pytest_args: list[str]) -> list[str]:
         "--vgdb=no",
         "--trace-children=yes",
         f"--trace-children-skip={','.join(_NOT_FOLLOWED)}",
+        f"--trace-children-skip-by-arg={','.join(_NOT_FOLLOWED_BY_ARG)}",
         f"--callgrind-out-file={folder}/callgrind.%p",
         f"--log-file={folder}/valgrind.%p.log",
         sys.executable,
@@ -122,27 +133,59 @@ def child_environment(version: str, folder: Path) -> dict[str, str]:
     # torch.compile builds its kernels with -march=native, and its cache may hold kernels
     # built natively: on an AVX-512 CPU both are code Valgrind cannot run. Sessions under
     # Valgrind compile for x86-64-v3 (AVX2, what torch's own kernels use under Valgrind)
-    # into a cache of their own, kept between runs: compiling under Valgrind takes 10x
-    # as long as natively
+    # into a cache of their own (``use_inductor_cache``), and without precompiled
+    # headers, which torch keeps in one folder per user that no setting moves
     env.setdefault("TORCHINDUCTOR_CPP_MARCH", "x86-64-v3")
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_cache())
+    env.setdefault("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", "0")
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor")
     env["TRITON_CACHE_DIR"] = str(folder / "triton")
     return env
 
 
-def inductor_cache() -> Path:
-    """torch.compile's cache for sessions under Valgrind (kernels built for x86-64-v3)."""
-    user = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(tempfile.gettempdir()) / f"pytest-torch-valgrind-inductor-{user}"
+#: the folder of pytest's cache (``config.cache``) where sessions under Valgrind keep
+#: torch.compile's kernels between runs: compiling under Valgrind takes 10x as long
+INDUCTOR_CACHE = "torch-perf-inductor"
+
+
+def use_inductor_cache(config: pytest.Config) -> None:
+    """In the session under Valgrind, once pytest's cache is set up: torch.compile's
+    cache in the project's pytest cache (kernels built for x86-64-v3, kept between runs,
+    emptied by ``--cache-clear``), undone at the end. Without pytest's cache
+    (``-p no:cacheprovider``) it stays in the session's own folder, removed after it."""
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache.mkdir(INDUCTOR_CACHE))
+
+    def restore() -> None:
+        if before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+
+    config.add_cleanup(restore)
+
+
+#: signals that stop the run started by hand, and with it the session under Valgrind
+#: (SIGINT is the session's own: it gets it from the terminal and ends its way)
+_STOPPING = (signal.SIGTERM, signal.SIGHUP)
+#: how long the stopped session's processes have to end before they are killed
+STOP_GRACE_S = 10.0
 
 
 def run_session(pytest_args: list[str], cwd: Path) -> int:
     """Run ``pytest pytest_args`` in ``cwd`` under Callgrind; its exit status. Valgrind's
-    own messages are shown only when the session did not end as pytest ends."""
+    own messages are shown only when the session did not end as pytest ends. SIGTERM or
+    SIGHUP to this process (``timeout``, a cancelled CI job) stops the session and every
+    process under it before it records anything, removes Callgrind's folder, and ends
+    with 128 + the signal's number."""
     executable = valgrind_executable()
     assert executable is not None  # checked before (``unavailable``)
     version = valgrind_version(executable)
     folder = Path(tempfile.mkdtemp(prefix="pytest-torch-callgrind-"))
+    stopped: list[int] = []
+    previous: dict[int, Any] = {}
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -151,17 +194,74 @@ def run_session(pytest_args: list[str], cwd: Path) -> int:
             cwd=cwd,
             env=child_environment(version, folder),
         )
-        while True:
-            try:
-                code = process.wait()
-                break
-            except KeyboardInterrupt:  # the session got it too: let it end its way
-                continue
+
+        def stop(signum: int, frame: object) -> None:
+            stopped.append(signum)
+            _signal_tree(process.pid, signal.SIGTERM)
+
+        if threading.current_thread() is threading.main_thread():
+            for signum in _STOPPING:
+                previous[signum] = signal.signal(signum, stop)
+        code = _wait(process, stopped)
+        if stopped:
+            name = signal.Signals(stopped[0]).name
+            print(
+                f"\ntorch perf: {name}: the session under Valgrind was stopped; nothing was"
+                " recorded.",
+                file=sys.stderr,
+            )
+            return 128 + stopped[0]
         if code < 0 or code > 5:
             _show_valgrind_log(folder, code)
         return code if code >= 0 else 128 - code
     finally:
+        for stopping, handler in previous.items():
+            signal.signal(stopping, handler)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wait(process: subprocess.Popen[bytes], stopped: list[int]) -> int:
+    """The session's exit status; once it is being stopped, its processes are killed
+    when they have not ended within :data:`STOP_GRACE_S`."""
+    while True:
+        try:
+            if not stopped:
+                return process.wait()
+            try:
+                return process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                _signal_tree(process.pid, signal.SIGKILL)
+                return process.wait()
+        except KeyboardInterrupt:  # the session got it too: let it end its way
+            continue
+
+
+def _signal_tree(pid: int, signum: int) -> None:
+    """Send ``signum`` to ``pid`` and every process under it (its xdist workers, each
+    under Valgrind too), parents first: a session that lost a worker would start another."""
+    for target in [pid, *_descendants(pid)]:
+        with contextlib.suppress(OSError):
+            os.kill(target, signum)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under ``pid``, parents before their children (from /proc: counts
+    run on Linux only)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            fields = stat.read_text().rpartition(")")[2].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    found: list[int] = []
+    queue = [pid]
+    while queue:
+        for child in children.get(queue.pop(0), []):
+            found.append(child)
+            queue.append(child)
+    return found
 
 
 #: what every Valgrind log says, which tells nothing about why a session ended
