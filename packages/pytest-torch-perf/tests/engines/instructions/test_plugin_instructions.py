@@ -4,6 +4,7 @@ the session again under Valgrind), skipped where Valgrind is not installed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -162,6 +163,49 @@ def test_torch_compiles_isa_probe_runs_natively_and_other_children_are_followed(
         subprocess.run([*prefix, sys.executable, "-c", parent], check=True, timeout=240)
         outputs = list(folder.glob("callgrind.*"))
         assert len(outputs) == (2 if followed else 1), (child, outputs)
+
+
+STUBBORN = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if sys.argv[1] == "parent":
+    child = subprocess.Popen([sys.executable, __file__, "child"])
+    print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts run on Linux only")
+def test_a_session_that_ignores_sigterm_is_killed_with_its_children(tmp_path, monkeypatch):
+    """The session under Valgrind (here a stand-in that ignores SIGTERM, as a test may,
+    with a child that does too) ends within the grace time of a stopping signal."""
+    from pytest_torch.perf.engines.instructions import valgrind
+
+    monkeypatch.setattr(valgrind, "STOP_GRACE_S", 1.0)
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    process = subprocess.Popen([sys.executable, str(script), "parent"], stdout=subprocess.PIPE)
+    child = int(process.stdout.readline())
+
+    def stop(signum, frame):
+        raise valgrind._Stopping
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+        signal.setitimer(signal.ITIMER_REAL, 0.2)  # SIGALRM: then the stopping signal
+        code = valgrind._wait(process)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        process.kill()
+        with contextlib.suppress(OSError):
+            os.kill(child, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    deadline = time.monotonic() + 10  # SIGKILL was sent: the child ends as soon as it runs
+    while valgrind._alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not valgrind._alive(child)
 
 
 def test_collect_only_needs_no_valgrind(pytester, run, monkeypatch):

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,8 @@ STOP_GRACE_S = 10.0
 
 def run_session(pytest_args: list[str], cwd: Path) -> int:
     """Run ``pytest pytest_args`` in ``cwd`` under Callgrind; its exit status. Valgrind's
-    own messages are shown only when the session did not end as pytest ends. SIGTERM or
+    own messages are shown when the session did not end as pytest ends, or with an
+    internal error (an xdist worker that crashed under Valgrind says why there). SIGTERM or
     SIGHUP to this process (``timeout``, a cancelled CI job) stops the session and every
     process under it before it records anything, removes Callgrind's folder, and ends
     with 128 + the signal's number."""
@@ -197,12 +199,12 @@ def run_session(pytest_args: list[str], cwd: Path) -> int:
 
         def stop(signum: int, frame: object) -> None:
             stopped.append(signum)
-            _signal_tree(process.pid, signal.SIGTERM)
+            raise _Stopping
 
         if threading.current_thread() is threading.main_thread():
             for signum in _STOPPING:
                 previous[signum] = signal.signal(signum, stop)
-        code = _wait(process, stopped)
+        code = _wait(process)
         if stopped:
             name = signal.Signals(stopped[0]).name
             print(
@@ -211,7 +213,7 @@ def run_session(pytest_args: list[str], cwd: Path) -> int:
                 file=sys.stderr,
             )
             return 128 + stopped[0]
-        if code < 0 or code > 5:
+        if code < 0 or code > 5 or code == pytest.ExitCode.INTERNAL_ERROR:
             _show_valgrind_log(folder, code)
         return code if code >= 0 else 128 - code
     finally:
@@ -220,28 +222,47 @@ def run_session(pytest_args: list[str], cwd: Path) -> int:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _wait(process: subprocess.Popen[bytes], stopped: list[int]) -> int:
-    """The session's exit status; once it is being stopped, its processes are killed
-    when they have not ended within :data:`STOP_GRACE_S`."""
+class _Stopping(Exception):
+    """Raised by the handler of a stopping signal, out of the wait for the session."""
+
+
+def _wait(process: subprocess.Popen[bytes]) -> int:
+    """The session's exit status. Once a stopping signal came, the session and every
+    process under it get SIGTERM, and those still there after :data:`STOP_GRACE_S`
+    (a test that handles SIGTERM) SIGKILL."""
     while True:
         try:
-            if not stopped:
-                return process.wait()
-            try:
-                return process.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                _signal_tree(process.pid, signal.SIGKILL)
-                return process.wait()
+            return process.wait()
         except KeyboardInterrupt:  # the session got it too: let it end its way
             continue
+        except _Stopping:
+            break
+    tree = [process.pid, *_descendants(process.pid)]  # before orphans lose their parent
+    _signal_all(tree, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(_Stopping, KeyboardInterrupt):
+            process.poll()
+            if not [pid for pid in tree[1:] if _alive(pid)] and process.returncode is not None:
+                return process.returncode
+            time.sleep(0.1)
+    _signal_all([pid for pid in tree if _alive(pid)], signal.SIGKILL)
+    return process.wait()
 
 
-def _signal_tree(pid: int, signum: int) -> None:
-    """Send ``signum`` to ``pid`` and every process under it (its xdist workers, each
-    under Valgrind too), parents first: a session that lost a worker would start another."""
-    for target in [pid, *_descendants(pid)]:
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie that nobody reaped has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
         with contextlib.suppress(OSError):
-            os.kill(target, signum)
+            os.kill(pid, signum)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -278,8 +299,6 @@ def threaded_from_now_on() -> Callable[[], None]:
     7 % cheaper than an xdist worker (which has execnet's thread) or a session in which a
     test started a DataLoader, so every counting process has a second thread from the
     start."""
-    import threading
-
     stop = threading.Event()
     threading.Thread(target=stop.wait, name="pytest-torch-threaded", daemon=True).start()
     return stop.set
