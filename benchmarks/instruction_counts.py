@@ -13,7 +13,11 @@ how deaf to machine load, and what the mode costs.
    MLP regressor at batch 1 (mostly Python and dispatch), and 102, 105 and 110 calls
    (exactly 1.02x, 1.05x and 1.1x the work); ``batch``, the classifier at batch 50
    (mostly kernels), and at batch 51, 53 and 55 (1.02x, 1.06x, 1.1x the kernels' work,
-   a little less in all). Counts come from the baseline files the sessions write.
+   a little less in all); ``windows``, 100 rounds of a tokenizer's windows (ids from a
+   vocabulary built on the fly, slices, joined text, a tensor each: allocation-heavy
+   Python, where glibc's allocator's part moves between processes), after a test that
+   keeps every third of 30,000 buffers, and 102, 105 and 110 rounds. Counts come from
+   the baseline files the sessions write.
    The sessions differ as users' runs do: serial in file order, on two xdist workers,
    and in a random order (pytest-randomly), in turn.
    Spread per model: (largest - smallest) / smallest (goal <= 0.2 %), and how much the
@@ -48,8 +52,14 @@ from pytest_torch.perf.rule import DEFAULT_INSTRUCTION_SLACK, DEFAULT_INSTRUCTIO
 
 REPO = Path(__file__).resolve().parents[1]
 #: workload -> its sizes, the first the baseline's
-SIZES = {"steps": (100, 102, 105, 110), "batch": (50, 51, 53, 55)}
+SIZES = {
+    "steps": (100, 102, 105, 110),
+    "batch": (50, 51, 53, 55),
+    "windows": (100, 102, 105, 110),
+}
 SUITE = """
+import random
+
 import pytest
 import torch
 from models import MLPRegressor, TinyCNN, TransformerBlock
@@ -62,6 +72,33 @@ MODELS = {
 }
 STEP_MODEL, STEP_INPUT = MLPRegressor().eval(), torch.randn(1, 16)
 CLASSIFIER = TinyCNN().eval()
+_RNG = random.Random(0)
+_SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "shi", "po", "ve", "zu", "an", "el", "or"]
+_WORDS = [
+    "".join(_RNG.choice(_SYLLABLES) for _ in range(_RNG.randint(1, 4))).capitalize()
+    for _ in range(2000)
+]
+DOCUMENT = " ".join(_RNG.choice(_WORDS) for _ in range(48)) + "."
+KEPT = []
+
+
+def windows(rounds, stride=16):
+    index = {}
+    out, texts = [], []
+    for r in range(rounds):
+        words = DOCUMENT.lower().replace(".", " .").split()
+        ids = [index.setdefault(word, len(index) + 3) for word in words]
+        for start in range(0, len(ids), stride):
+            size = 24 + (start * 7 + r) %% 120
+            texts.append(" ".join(words[start:start + size]))
+            out.append(torch.tensor([1] + ids[start:start + size] + [2]))
+    return out, texts
+
+
+def test_allocations_before():
+    # an earlier test that keeps every third of many buffers: the heap has history
+    made = [bytearray(64 + (i * 37) %% 2000) for i in range(30000)]
+    KEPT.extend(made[::3])
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -84,6 +121,11 @@ def test_steps(perf_baseline, calls):
 def test_batch(perf_baseline, size):
     images = torch.randn(size, 1, 28, 28, generator=torch.Generator().manual_seed(1))
     perf_baseline(CLASSIFIER, images)
+
+
+@pytest.mark.parametrize("rounds", %(windows)r)
+def test_windows(perf_baseline, rounds):
+    perf_baseline(windows, rounds)
 """
 
 
@@ -101,7 +143,7 @@ HISTORIES = (
 
 def session_counts(root: Path, index: int) -> dict[str, list[int]]:
     """One pytest session counting the suite; label -> [instructions per call, of them
-    in the Python interpreter]."""
+    in the Python interpreter, of them in glibc's allocator]."""
     history = [arg.format(index=index) for arg in HISTORIES[index % len(HISTORIES)][1]]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *history,
@@ -114,7 +156,11 @@ def session_counts(root: Path, index: int) -> dict[str, list[int]]:
     document = json.loads((root / f"session-{index}.json").read_text())
     ((_, tests),) = document["instructions"].items()
     return {
-        label.split("::", 1)[1]: [entry["instructions"], entry.get("interpreter", 0)]
+        label.split("::", 1)[1]: [
+            entry["instructions"],
+            entry.get("interpreter", 0),
+            entry.get("allocator", 0),
+        ]
         for label, entry in tests.items()
     }
 
@@ -123,8 +169,10 @@ Verdicts = dict[str, list[bool]]
 
 
 def _baseline(counts: list[int]) -> InstructionBaseline:
-    """[instructions, of them the interpreter's] as the baseline the product compares with."""
-    return InstructionBaseline(counts[0], 0.0, 5, "-", interpreter=counts[1])
+    """[instructions, of them the interpreter's, the allocator's] as the baseline the
+    product compares with."""
+    allocator = counts[2] if len(counts) > 2 else 0  # counts saved before it was kept
+    return InstructionBaseline(counts[0], 0.0, 5, "-", interpreter=counts[1], allocator=allocator)
 
 
 def _fails(baseline: InstructionBaseline, instructions: int) -> bool:
@@ -175,9 +223,8 @@ def suite_cost() -> None:
     took = time.perf_counter() - started
     print(f"start-up (Valgrind, Python, torch, collection; -n 2): {took:.0f} s")
     # the first run compiles the compile-mode cases from an empty cache, as a CI job would
-    from pytest_torch.perf.engines.instructions.valgrind import inductor_cache
-
-    shutil.rmtree(inductor_cache(), ignore_errors=True)
+    # (it lives in the project's pytest cache: this copy's, empty until the first run)
+    shutil.rmtree(root / "examples" / ".pytest_cache", ignore_errors=True)
     for what, extra in (
         ("record, -n 2, torch.compile's cache empty", ["--torch-update-perf"]),
         ("compare, -n 2, torch.compile's cache kept", []),

@@ -21,9 +21,15 @@ from pytest_torch.perf.engines.instructions.callgrind_output import (
     parse,
     top_functions,
 )
-from pytest_torch.perf.engines.instructions.counting import Counted, parse_key
+from pytest_torch.perf.engines.instructions.counting import Counted, median_dump, parse_key
 from pytest_torch.perf.engines.instructions.entry import InstructionBaseline
-from pytest_torch.perf.engines.instructions.judging import compare, missing, new_baseline
+from pytest_torch.perf.engines.instructions.judging import (
+    attribution,
+    compare,
+    missing,
+    new_baseline,
+    record,
+)
 
 DATA = Path(__file__).parent / "data"
 KEY = "torch=2.13.0+cpu python=3.11.7 valgrind=3.19.0 cpu=x86_64/AVX2"
@@ -112,7 +118,36 @@ def test_torch_ops_and_the_interpreter_are_told():
     assert describe_function("_PyEval_EvalFrameDefault (libpython3.11.so.1.0)").endswith(
         "[Python interpreter]"
     )
-    assert describe_function("malloc (libc.so.6)") == "malloc (libc.so.6)"
+    assert describe_function("malloc (libc.so.6)") == "malloc (libc.so.6) [glibc allocator]"
+    assert describe_function("memcpy (libc.so.6)") == "memcpy (libc.so.6)"
+
+
+@pytest.mark.parametrize(
+    ("key", "allocator"),
+    [
+        ("_int_malloc (libc.so.6)", True),
+        ("unlink_chunk.constprop.0 (libc.so.6)", True),  # a compiler's copy of it
+        ("_mid_memalign.constprop.0 (libc.so.6)", True),
+        ("malloc_consolidate (libc.so.6)", True),
+        ("free (libc.so.6)", True),
+        ("__memcpy_avx_unaligned_erms (libc.so.6)", False),  # libc, not its allocator
+        ("pthread_mutex_lock@@GLIBC_2.2.5 (libc.so.6)", False),
+        ("malloc (libtorch_cpu.so)", False),  # another library's function of that name
+        ("_PyObject_Malloc (libpython3.11.so.1.0)", False),  # Python's own allocator: Python's
+    ],
+)
+def test_glibcs_allocator_is_told_by_name_and_library(key, allocator):
+    assert callgrind_output.is_allocator(key) is allocator
+
+
+def test_the_allocators_part_is_its_functions():
+    functions = {
+        "_int_malloc (libc.so.6)": 300,
+        "unlink_chunk.constprop.0 (libc.so.6)": 20,
+        "__memset_avx2_unaligned_erms (libc.so.6)": 500,
+        "_PyEval_EvalFrameDefault (libpython3.11.so.1.0)": 7,
+    }
+    assert callgrind_output.allocator_instructions(functions) == 320
 
 
 def test_grew_most_names_the_largest_growth_first():
@@ -132,6 +167,57 @@ def test_a_function_the_baseline_did_not_keep_is_never_given_an_invented_figure(
     # "new" may have counted up to 901 (the smallest kept) before: it grew by at least 49
     assert [g.function for g in grown] == ["new (lib.so)"]
     assert grown[0].before is None
+
+
+def test_allocator_growth_the_heaps_state_explains_is_not_named():
+    # the baseline's process found its heap's free lists in a lucky state; now the code
+    # grew 1.7 %, and the allocator 9 % of its part, within the 10 % its state moves it by
+    before = {
+        "tokenize (libpython3.11.so.1.0)": 900_000,
+        "_int_malloc (libc.so.6)": 60_000,
+        "unlink_chunk.constprop.0 (libc.so.6)": 10_000,
+    }
+    now = {
+        "tokenize (libpython3.11.so.1.0)": 915_000,
+        "_int_malloc (libc.so.6)": 65_000,
+        "unlink_chunk.constprop.0 (libc.so.6)": 11_500,
+    }
+    assert "_int_malloc (libc.so.6)" in [g.function for g in grew_most(before, now)]
+    grown = grew_most(before, now, allocator_noise=0.1)
+    assert [g.function for g in grown] == ["tokenize (libpython3.11.so.1.0)"]
+    lines = "\n".join(attribution(before, now, allocator_noise=0.1))
+    assert "tokenize" in lines and "_int_malloc" not in lines
+    assert "glibc's allocator counted +6,500 in all (70,000 -> 76,500), within the 10 %" in lines
+
+
+def test_allocator_growth_beyond_the_noise_is_named_by_its_excess():
+    # the call allocates twice what it did: the allocator grew beyond any heap state
+    before = {"tokenize (libpython3.11.so.1.0)": 900_000, "_int_malloc (libc.so.6)": 60_000}
+    now = {"tokenize (libpython3.11.so.1.0)": 940_000, "_int_malloc (libc.so.6)": 160_000}
+    grown = grew_most(before, now, allocator_noise=0.1)
+    # _int_malloc grew 100,000, of which 6,000 (10 % of the allocator's part) may be
+    # the heap's state: 94,000 beyond it, ranked first
+    assert [g.function for g in grown] == [
+        "_int_malloc (libc.so.6)",
+        "tokenize (libpython3.11.so.1.0)",
+    ]
+    assert grown[0].change == 100_000  # the figure shown is the whole growth
+    lines = "\n".join(attribution(before, now, allocator_noise=0.1))
+    assert "[glibc allocator]" in lines and "allocates more, or larger, blocks" in lines
+
+
+def test_the_median_call_is_kept_not_the_lucky_low_one():
+    dumps = [
+        callgrind_output.Dump(str(i), count, {"f (lib.so)": count})
+        for i, count in enumerate([1_000_300, 960_000, 1_000_100, 1_000_200, 1_150_000])
+    ]
+    middle = median_dump(dumps)
+    assert middle.instructions == 1_000_200 and middle.functions == {"f (lib.so)": 1_000_200}
+    assert median_dump(dumps[:4]).instructions == 1_000_100  # even: the lower middle one
+    counted = Counted(middle.instructions, [d.instructions for d in dumps], 2, allocator=9)
+    outcome, baseline = record("t", counted, KEY)
+    assert outcome.record.stat == "median of 5"
+    assert baseline.instructions == 1_000_200 and baseline.allocator == 9
 
 
 def _counter(*counts: Counted):
@@ -203,6 +289,25 @@ def test_the_interpreters_part_of_the_baseline_widens_the_limit(extra, status):
         )
 
 
+@pytest.mark.parametrize(("extra", "status"), [(0, "pass"), (25_000, "pass"), (25_001, "fail")])
+def test_the_allocators_part_of_the_baseline_widens_the_limit(extra, status):
+    # 200,000 interpreter's, 50,000 the allocator's: 5 % and 50 % of them on top
+    baseline = InstructionBaseline(1_000_000, 0.0, 5, "then", interpreter=200_000, allocator=50_000)
+    now = Counted(1_010_000 + 10_000 + 1000 + extra, [0], 2)
+    count, _ = _counter(now)
+    outcome = compare(
+        "t", baseline, count, key=KEY, tolerance=0.01, slack=1000, rerecord="R",
+        interpreter_allowance=0.05, allocator_allowance=0.5,
+    )  # fmt: skip
+    assert outcome.status == status
+    if status == "fail":
+        assert (
+            "+ 5 % of its 200,000 instructions in the Python interpreter + 50 % of its 50,000"
+            " in glibc's allocator + slack 1,000" in outcome.message
+        )
+        assert "the median kept" in outcome.message
+
+
 def test_the_interpreters_part_is_its_library_or_executable():
     functions = {
         "_PyEval_EvalFrameDefault (libpython3.11.so.1.0)": 300,
@@ -244,7 +349,9 @@ def test_the_baseline_file_keeps_counts_and_wall_clock_entries_apart(tmp_path):
 
     path = tmp_path / "baselines.json"
     wall = Baseline(1.0, "min", 0.01, "cpu", 1, "2.13.0", "3.11.7", "then")
-    count = InstructionBaseline(123, 0.001, 5, "then", {"f (lib.so)": 100}, interpreter=23)
+    count = InstructionBaseline(
+        123, 0.001, 5, "then", {"f (lib.so)": 100}, interpreter=23, allocator=7
+    )
     BaselineFile(path).merge(
         {"machines": {"machine": {"t": wall}}, "instructions": {KEY: {"t": count}}}
     )

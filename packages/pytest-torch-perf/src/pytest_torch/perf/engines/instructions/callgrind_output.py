@@ -93,15 +93,47 @@ def interpreter_instructions(functions: Mapping[str, int]) -> int:
     return sum(value for key, value in functions.items() if is_interpreter(key))
 
 
+_LIBC = re.compile(r"^(\S+) \(libc\.so[\d.]*\)$")
+#: a compiler's suffix on a copy of a function (``unlink_chunk.constprop.0``)
+_CLONE = re.compile(r"\.(constprop|isra|part|cold)(\.\d+)*")
+#: glibc's allocator: its entry points and its internals, which walk and tidy free lists
+_ALLOCATOR = frozenset(
+    {
+        "malloc", "free", "calloc", "realloc", "reallocarray", "cfree", "memalign",
+        "posix_memalign", "aligned_alloc", "valloc", "pvalloc", "_mid_memalign",
+        "_int_malloc", "_int_free", "_int_realloc", "_int_memalign", "unlink_chunk",
+        "malloc_consolidate", "sysmalloc", "systrim", "heap_trim", "alloc_perturb",
+        "free_perturb", "tcache_init", "tcache_get", "tcache_put", "arena_get2",
+        "__libc_malloc", "__libc_free", "__libc_calloc", "__libc_realloc",
+        "__libc_memalign", "__malloc_arena_thread_freeres",
+    }
+)  # fmt: skip
+
+
+def is_allocator(key: str) -> bool:
+    """Whether the function (a :func:`function_key`) is glibc's allocator's (``malloc``,
+    ``_int_malloc``, ``unlink_chunk``, ...): what it counts for one allocation depends on
+    the state of the heap's free lists, so on the process's past, not only on the code."""
+    match = _LIBC.match(key)
+    return match is not None and _CLONE.sub("", match.group(1)) in _ALLOCATOR
+
+
+def allocator_instructions(functions: Mapping[str, int]) -> int:
+    """The instructions glibc's allocator's functions counted."""
+    return sum(value for key, value in functions.items() if is_allocator(key))
+
+
 def describe_function(key: str) -> str:
     """The key, with the torch operator its code belongs to where the name says so, and
-    what interpreter functions stand for."""
+    what interpreter and allocator functions stand for."""
     notes = []
     op = _OP.search(key)
     if op:
         notes.append(f"aten::{op.group(1)}")
     if is_interpreter(key):
         notes.append("Python interpreter")
+    if is_allocator(key):
+        notes.append("glibc allocator")
     return f"{key} [{'; '.join(notes)}]" if notes else key
 
 
@@ -178,18 +210,32 @@ class Growth:
         return self.now - (self.before or 0)
 
 
-def grew_most(before: Mapping[str, int], now: Mapping[str, int], count: int = 5) -> list[Growth]:
-    """The ``count`` functions whose own counts grew most from ``before`` to ``now``."""
+def grew_most(
+    before: Mapping[str, int],
+    now: Mapping[str, int],
+    count: int = 5,
+    allocator_noise: float = 0.0,
+) -> list[Growth]:
+    """The ``count`` functions whose own counts grew most from ``before`` to ``now``.
+
+    An allocator function (:func:`is_allocator`) is ranked, and named at all, only by
+    what it grew beyond ``allocator_noise`` of the allocator's whole baseline count (0.1:
+    a tenth of it), what the heap's state alone moves it by (and moves between its
+    functions, ``_int_malloc`` to ``unlink_chunk``): a regression names the code that
+    grew, not the free lists it happened to find."""
     floor = min(before.values()) if len(before) >= KEPT_FUNCTIONS else 0
+    noise = round(allocator_noise * allocator_instructions(before))
+
+    def beyond(growth: Growth) -> int:
+        # a function the baseline did not keep counted at most ``floor`` then: its
+        # growth is at least ``now - floor``, ranked by that, never by an invented figure
+        was = floor if growth.before is None else growth.before
+        return growth.now - was - (noise if is_allocator(growth.function) else 0)
+
     growths: Iterable[Growth] = (
         Growth(name, before.get(name), value)
         for name, value in now.items()
         if value - before.get(name, 0) > 0
     )
-    # a function the baseline did not keep counted at most ``floor`` then: its growth
-    # is at least ``now - floor``, ranked by that, never by an invented figure
-    ranked = sorted(
-        growths,
-        key=lambda g: -(g.change if g.before is not None else g.now - floor),
-    )
-    return [g for g in ranked if g.before is not None or g.now > floor][:count]
+    ranked = sorted((g for g in growths if beyond(g) > 0), key=lambda g: -beyond(g))
+    return ranked[:count]

@@ -3,10 +3,20 @@
 The session runs under Valgrind (``engines.instructions.valgrind``). A count switches Callgrind's
 instrumentation on, warms the call up (the first calls of a call site on Python 3.11
 count about 5 % more: the interpreter specialises its bytecode), then counts each of
-several calls on its own and keeps the smallest: a single call can count 20 % more when
-glibc's allocator tidies its free lists during it, and nothing makes a call count less
-than its work. One intra-op thread, whatever else is set: a second thread makes counts
-depend on how threads interleave (+42 to +143 %, 22 to 70 % apart between runs).
+several calls on its own and keeps the median: the middle call, neither one that found
+the allocator's free lists in a lucky state nor one during which glibc tidied them (a
+single call can count 20 % more for that). One intra-op thread, whatever else is set: a
+second thread makes counts depend on how threads interleave (+42 to +143 %, 22 to 70 %
+apart between runs).
+
+glibc's allocator counts what the heap's free lists make it count: the same
+allocations walk and split other chunks after other earlier work, so a process whose
+heap happened to hold chunks of the right sizes counts every call's allocations for
+less (``_int_malloc``, ``unlink_chunk``), and no statistic of one process's calls
+undoes that. Settling the heap before each call (``malloc_trim(0)``) made it worse:
+the allocator's part then moved 6 to 8 % between sessions instead of 2 %. So the
+allocator's part is allowed for when counts are compared (``rule.ALLOCATOR_ALLOWANCE``),
+as the interpreter's is: it is kept with each count.
 
 Python code's counts also depend on the interpreter's attribute cache: a lookup whose
 entry collides with another's misses every time and walks the class hierarchy, and
@@ -14,9 +24,8 @@ which entries collide depends on the version numbers classes were given, so on w
 process did before. One process in four or five counted a small model's steps 1.2 %
 higher for that. So each counted call runs in a cache of its own: emptied, with the
 version numbers moved on by a different amount, and filled by one uncounted call first.
-The smallest count is then the one with the fewest such collisions. Collisions between
-two names of one class depend on the names' addresses alone, which no version number
-moves, so what remains is allowed for when counts are compared
+Collisions between two names of one class depend on the names' addresses alone, which
+no version number moves, so what remains is allowed for when counts are compared
 (``rule.INTERPRETER_ALLOWANCE``): the interpreter's part of each count is kept with it.
 """
 
@@ -37,10 +46,13 @@ from pytest_torch.perf.engines.instructions import callgrind_output, client_requ
 from pytest_torch.perf.engines.instructions.valgrind import session
 from pytest_torch.perf.options import MEASURE
 
-#: calls before counting, and calls counted (the smallest count is kept)
+#: calls before counting, and calls counted (the median count is kept)
 WARMUPS = 2
 REPEATS = 5
-#: a call that took longer than this (instrumented) is counted 3 times after 1 warm-up
+#: calls counted of a long call (``LONG_CALL_S``)
+LONG_REPEATS = 3
+#: a call whose second run took longer than this (instrumented, CPU time: a busy machine
+#: does not make a call long, nor does compiling it in the first) is counted 3 times
 LONG_CALL_S = 2.0
 _dumps = itertools.count()
 
@@ -51,7 +63,7 @@ class InstructionsUnavailable(Exception):
 
 @dataclass
 class Counted:
-    """The instructions of one call: the smallest of ``repeats`` counts, and the
+    """The instructions of one call: the median of ``repeats`` counts, and the
     functions that counted most in that call (their own counts)."""
 
     instructions: int
@@ -60,6 +72,8 @@ class Counted:
     functions: dict[str, int] = field(default_factory=dict)
     #: of ``instructions``, those the Python interpreter's own functions counted
     interpreter: int = 0
+    #: of ``instructions``, those glibc's allocator's functions counted
+    allocator: int = 0
 
     @property
     def spread(self) -> float:
@@ -140,20 +154,27 @@ def _new_attribute_cache(index: int) -> None:
         _ = holder.number  # type: ignore[attr-defined]  # looked up: a new number given
 
 
+def median_dump(dumps: list[callgrind_output.Dump]) -> callgrind_output.Dump:
+    """The dump whose count is the median (the lower middle one of an even number)."""
+    ranked = sorted(dumps, key=lambda dump: dump.instructions)
+    return ranked[(len(ranked) - 1) // 2]
+
+
 def count_call(run: Callable[[], Any]) -> Counted:
     """Count ``run()`` (already bound to its inputs, in its thread count and mode)."""
     _, folder = _dump_folder()
     enabled = gc.isenabled()
     client_requests.start_instrumentation()
     try:
-        started = time.perf_counter()
+        # the warm-up calls (WARMUPS): a torch.compile'd call compiles in the first, so
+        # the second tells whether the call is long
         result = run()
         del result
-        long = time.perf_counter() - started > LONG_CALL_S
-        warmups, repeats = (1, 3) if long else (WARMUPS, REPEATS)
-        for _ in range(warmups - 1):
-            result = run()
-            del result
+        started = time.process_time()
+        result = run()
+        del result
+        long = time.process_time() - started > LONG_CALL_S
+        repeats = LONG_REPEATS if long else REPEATS
         gc.collect()
         gc.disable()  # a collection inside a counted call is not the call's work
         dumps = []
@@ -172,13 +193,14 @@ def count_call(run: Callable[[], Any]) -> Counted:
         if enabled:
             gc.enable()
         client_requests.stop_instrumentation()
-    smallest = min(dumps, key=lambda dump: dump.instructions)
+    middle = median_dump(dumps)
     return Counted(
-        instructions=smallest.instructions,
+        instructions=middle.instructions,
         repeats=[dump.instructions for dump in dumps],
-        warmups=warmups,
-        functions=callgrind_output.top_functions(smallest.functions),
-        interpreter=callgrind_output.interpreter_instructions(smallest.functions),
+        warmups=WARMUPS,
+        functions=callgrind_output.top_functions(middle.functions),
+        interpreter=callgrind_output.interpreter_instructions(middle.functions),
+        allocator=callgrind_output.allocator_instructions(middle.functions),
     )
 
 
