@@ -21,7 +21,7 @@ from pytest_torch.perf.engines.instructions.callgrind_output import (
     parse,
     top_functions,
 )
-from pytest_torch.perf.engines.instructions.counting import Counted, median_dump, parse_key
+from pytest_torch.perf.engines.instructions.counting import Counted, parse_key, typical
 from pytest_torch.perf.engines.instructions.entry import InstructionBaseline
 from pytest_torch.perf.engines.instructions.judging import (
     attribution,
@@ -206,18 +206,26 @@ def test_allocator_growth_beyond_the_noise_is_named_by_its_excess():
     assert "[glibc allocator]" in lines and "allocates more, or larger, blocks" in lines
 
 
-def test_the_median_call_is_kept_not_the_lucky_low_one():
+def test_each_noise_by_its_statistic_the_rests_smallest_and_the_allocators_median():
+    heap = "_int_malloc (libc.so.6)"
+    # (the rest: interpreter and kernels, the allocator's part) per counted call: the
+    # second call found the heap in a lucky state, the last one tidied it
+    calls = [(1_000_300, 40_000), (1_000_250, 28_000), (1_000_100, 41_000),
+             (1_003_000, 40_500), (1_000_200, 90_000)]  # fmt: skip
     dumps = [
-        callgrind_output.Dump(str(i), count, {"f (lib.so)": count})
-        for i, count in enumerate([1_000_300, 960_000, 1_000_100, 1_000_200, 1_150_000])
+        callgrind_output.Dump(str(i), rest + part, {"f (lib.so)": rest, heap: part})
+        for i, (rest, part) in enumerate(calls)
     ]
-    middle = median_dump(dumps)
-    assert middle.instructions == 1_000_200 and middle.functions == {"f (lib.so)": 1_000_200}
-    assert median_dump(dumps[:4]).instructions == 1_000_100  # even: the lower middle one
-    counted = Counted(middle.instructions, [d.instructions for d in dumps], 2, allocator=9)
+    counted = typical(dumps)
+    # the smallest rest (1,000,100: fewest attribute-cache collisions) plus the median
+    # allocator part (40,500): neither the lucky 28,000 nor the tidying 90,000
+    assert counted.instructions == 1_000_100 + 40_500
+    assert counted.allocator == 40_500
+    assert counted.functions == {"f (lib.so)": 1_000_100, heap: 41_000}  # that call's
+    assert counted.repeats == [rest + part for rest, part in calls]
     outcome, baseline = record("t", counted, KEY)
-    assert outcome.record.stat == "median of 5"
-    assert baseline.instructions == 1_000_200 and baseline.allocator == 9
+    assert outcome.record.stat == "typical of 5"
+    assert baseline.instructions == 1_040_600 and baseline.allocator == 40_500
 
 
 def _counter(*counts: Counted):
@@ -305,7 +313,7 @@ def test_the_allocators_part_of_the_baseline_widens_the_limit(extra, status):
             "+ 5 % of its 200,000 instructions in the Python interpreter + 50 % of its 50,000"
             " in glibc's allocator + slack 1,000" in outcome.message
         )
-        assert "the median kept" in outcome.message
+        assert "each the smallest rest plus the allocator's median" in outcome.message
 
 
 def test_the_interpreters_part_is_its_library_or_executable():

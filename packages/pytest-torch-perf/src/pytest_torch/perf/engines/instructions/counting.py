@@ -3,27 +3,28 @@
 The session runs under Valgrind (``engines.instructions.valgrind``). A count switches Callgrind's
 instrumentation on, warms the call up (the first calls of a call site on Python 3.11
 count about 5 % more: the interpreter specialises its bytecode), then counts each of
-several calls on its own and keeps the median: the middle call, neither one that found
-the allocator's free lists in a lucky state nor one during which glibc tidied them (a
-single call can count 20 % more for that). One intra-op thread, whatever else is set: a
-second thread makes counts depend on how threads interleave (+42 to +143 %, 22 to 70 %
-apart between runs).
+several calls on its own and keeps, of each kind of noise, what is typical of the call
+(``typical``). One intra-op thread, whatever else is set: a second thread makes counts
+depend on how threads interleave (+42 to +143 %, 22 to 70 % apart between runs).
 
 glibc's allocator counts what the heap's free lists make it count: the same
-allocations walk and split other chunks after other earlier work, so a process whose
-heap happened to hold chunks of the right sizes counts every call's allocations for
-less (``_int_malloc``, ``unlink_chunk``), and no statistic of one process's calls
-undoes that. Settling the heap before each call (``malloc_trim(0)``) made it worse:
-the allocator's part then moved 6 to 8 % between sessions instead of 2 %. So the
-allocator's part is allowed for when counts are compared (``rule.ALLOCATOR_ALLOWANCE``),
-as the interpreter's is: it is kept with each count.
+allocations walk and split other chunks after other earlier work, so one call can count
+20 % more when glibc tidies its free lists during it, and another less when it finds
+chunks of the right sizes (``_int_malloc``, ``unlink_chunk``). So the allocator's part
+is the median of the calls', neither a lucky call nor a tidying one. A process whose
+heap holds such chunks throughout counts every call's allocations for less, which no
+statistic of its calls undoes (settling the heap before each call, ``malloc_trim(0)``,
+made it worse: the allocator's part then moved 6 to 8 % between sessions instead of
+2 %), so the allocator's part is also allowed for when counts are compared
+(``rule.ALLOCATOR_ALLOWANCE``): it is kept with each count.
 
 Python code's counts also depend on the interpreter's attribute cache: a lookup whose
 entry collides with another's misses every time and walks the class hierarchy, and
 which entries collide depends on the version numbers classes were given, so on what the
 process did before. One process in four or five counted a small model's steps 1.2 %
 higher for that. So each counted call runs in a cache of its own: emptied, with the
-version numbers moved on by a different amount, and filled by one uncounted call first.
+version numbers moved on by a different amount, and filled by one uncounted call first;
+the smallest count of the rest of each call is the one with the fewest such collisions.
 Collisions between two names of one class depend on the names' addresses alone, which
 no version number moves, so what remains is allowed for when counts are compared
 (``rule.INTERPRETER_ALLOWANCE``): the interpreter's part of each count is kept with it.
@@ -46,7 +47,7 @@ from pytest_torch.perf.engines.instructions import callgrind_output, client_requ
 from pytest_torch.perf.engines.instructions.valgrind import session
 from pytest_torch.perf.options import MEASURE
 
-#: calls before counting, and calls counted (the median count is kept)
+#: calls before counting, and calls counted (see ``typical``)
 WARMUPS = 2
 REPEATS = 5
 #: calls counted of a long call (``LONG_CALL_S``)
@@ -63,8 +64,8 @@ class InstructionsUnavailable(Exception):
 
 @dataclass
 class Counted:
-    """The instructions of one call: the median of ``repeats`` counts, and the
-    functions that counted most in that call (their own counts)."""
+    """The instructions of one call (``typical`` of its ``repeats`` counts), and the
+    functions that counted most in it (their own counts)."""
 
     instructions: int
     repeats: list[int]
@@ -154,10 +155,24 @@ def _new_attribute_cache(index: int) -> None:
         _ = holder.number  # type: ignore[attr-defined]  # looked up: a new number given
 
 
-def median_dump(dumps: list[callgrind_output.Dump]) -> callgrind_output.Dump:
-    """The dump whose count is the median (the lower middle one of an even number)."""
-    ranked = sorted(dumps, key=lambda dump: dump.instructions)
-    return ranked[(len(ranked) - 1) // 2]
+def typical(dumps: list[callgrind_output.Dump]) -> Counted:
+    """One figure from the counted calls, each noise by its own statistic: the smallest
+    count of everything but glibc's allocator (attribute-cache collisions only ever add
+    to a call, so the smallest has the fewest), plus the median of the allocator's
+    parts (the heap's state moves them both ways: the smallest would be a lucky call).
+    The functions are those of the call with the smallest rest."""
+    heaps = [callgrind_output.allocator_instructions(dump.functions) for dump in dumps]
+    rests = [dump.instructions - heap for dump, heap in zip(dumps, heaps, strict=True)]
+    chosen = dumps[rests.index(min(rests))]
+    heap = sorted(heaps)[(len(heaps) - 1) // 2]  # the lower middle one of an even number
+    return Counted(
+        instructions=min(rests) + heap,
+        repeats=[dump.instructions for dump in dumps],
+        warmups=WARMUPS,
+        functions=callgrind_output.top_functions(chosen.functions),
+        interpreter=callgrind_output.interpreter_instructions(chosen.functions),
+        allocator=heap,
+    )
 
 
 def count_call(run: Callable[[], Any]) -> Counted:
@@ -193,15 +208,7 @@ def count_call(run: Callable[[], Any]) -> Counted:
         if enabled:
             gc.enable()
         client_requests.stop_instrumentation()
-    middle = median_dump(dumps)
-    return Counted(
-        instructions=middle.instructions,
-        repeats=[dump.instructions for dump in dumps],
-        warmups=WARMUPS,
-        functions=callgrind_output.top_functions(middle.functions),
-        interpreter=callgrind_output.interpreter_instructions(middle.functions),
-        allocator=callgrind_output.allocator_instructions(middle.functions),
-    )
+    return typical(dumps)
 
 
 def count_instructions(target: Any, *inputs: Any, **kwargs: Any) -> Counted:

@@ -57,7 +57,10 @@ class InstructionEngine:
     option: str = OPTION
     recorded_as: str = "{count} instruction count(s) for {keys}"
     figures: str = "instructions counted under Valgrind"
-    caption: str = "instructions per call (counted under Valgrind, median of the calls)"
+    caption: str = (
+        "instructions per call (counted under Valgrind: the calls' smallest, with the"
+        " allocator's median)"
+    )
     missing: str = "instruction counts under this run's key"
 
     def launch(self, config: pytest.Config) -> int | None:

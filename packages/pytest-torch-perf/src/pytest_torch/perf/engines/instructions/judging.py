@@ -6,9 +6,9 @@ The rule is the wall clock's (``rule.judge``: ``new > baseline * (1 + tolerance)
 slack``) with the instruction tolerance and slack, and the slack grows by
 ``rule.INTERPRETER_ALLOWANCE`` of the instructions the Python interpreter counted in
 the baseline and ``rule.ALLOCATOR_ALLOWANCE`` of those glibc's allocator counted, which
-move between processes for reasons that are not the code's. Counts are medians of their
-calls, recorded and compared alike. Nothing here measures: ``count`` is handed in, so
-the judging is tested with recorded counts.
+move between processes for reasons that are not the code's. A count is what is typical
+of its calls (``counting.typical``), recorded and compared alike. Nothing here measures:
+``count`` is handed in, so the judging is tested with recorded counts.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _KEY_PARTS = {"torch": "torch", "python": "Python", "valgrind": "Valgrind", "cpu
 
 
 def statistic(counted: Counted) -> str:
-    return f"median of {len(counted.repeats)}"
+    return f"typical of {len(counted.repeats)}"
 
 
 def new_baseline(counted: Counted) -> InstructionBaseline:
@@ -121,7 +121,7 @@ def compare(
     allocator_allowance: float = ALLOCATOR_ALLOWANCE,
 ) -> Outcome:
     """Count and compare with ``baseline``; a count over the limit is counted once more
-    before it fails (the smaller of the two medians decides), and the failure names the
+    before it fails (the smaller of the two decides), and the failure names the
     functions that grew most."""
     allowed = allowed_slack(baseline, slack, interpreter_allowance, allocator_allowance)
     counted = count()
@@ -163,8 +163,8 @@ def compare(
         f" ({100 * verdict.change:+.2f} %);"
         f" {limit}",
         f"  counted {len(counts)} times, {len(counted.repeats)} calls each after"
-        f" {counted.warmups} warm-up call(s), the median kept: "
-        + ", ".join(fmt_count(c.instructions) for c in counts),
+        f" {counted.warmups} warm-up call(s), each the smallest rest plus the allocator's"
+        " median: " + ", ".join(fmt_count(c.instructions) for c in counts),
         *attribution(baseline.functions, counted.functions, allocator_allowance),
         f"  counted under {key}, 1 intra-op thread; baseline recorded {baseline.recorded}",
         f"  If the extra work is intended, re-record with: {rerecord}",
