@@ -279,40 +279,40 @@ def test_the_limit_is_baseline_times_tolerance_plus_slack(extra, status, verdict
     assert (outcome.status, outcome.record.verdict) == (status, verdict)
 
 
-@pytest.mark.parametrize(("extra", "status"), [(0, "pass"), (20_000, "pass"), (20_001, "fail")])
-def test_the_interpreters_part_of_the_baseline_widens_the_limit(extra, status):
-    # 400,000 of the baseline's instructions were the interpreter's: 5 % of them on top
-    baseline = InstructionBaseline(1_000_000, 0.0, 5, "then", interpreter=400_000)
-    now = Counted(1_010_000 + 1000 + extra, [0], 2, interpreter=999_999)  # now's part: unused
-    count, _ = _counter(now)
-    outcome = compare(
-        "t", baseline, count, key=KEY, tolerance=0.01, slack=1000, rerecord="R",
-        interpreter_allowance=0.05,
-    )  # fmt: skip
-    assert outcome.status == status
-    if status == "fail":
-        assert (
+@pytest.mark.parametrize(
+    ("parts", "allowances", "margin", "text"),
+    [
+        (  # 400,000 of the baseline's instructions were the interpreter's: 5 % on top
+            {"interpreter": 400_000},
+            {"interpreter_allowance": 0.05},
+            20_000,
             "limit 1,031,000 instr = baseline x (1 + tolerance 0.01) + 5 % of its 400,000"
-            " instructions in the Python interpreter + slack 1,000" in outcome.message
-        )
-
-
-@pytest.mark.parametrize(("extra", "status"), [(0, "pass"), (25_000, "pass"), (25_001, "fail")])
-def test_the_allocators_part_of_the_baseline_widens_the_limit(extra, status):
-    # 200,000 interpreter's, 50,000 the allocator's: 5 % and 50 % of them on top
-    baseline = InstructionBaseline(1_000_000, 0.0, 5, "then", interpreter=200_000, allocator=50_000)
-    now = Counted(1_010_000 + 10_000 + 1000 + extra, [0], 2)
+            " instructions in the Python interpreter + slack 1,000",
+        ),
+        (  # 200,000 the interpreter's, 50,000 the allocator's: 5 % and 50 % of them
+            {"interpreter": 200_000, "allocator": 50_000},
+            {"interpreter_allowance": 0.05, "allocator_allowance": 0.5},
+            35_000,
+            "+ 5 % of its 200,000 instructions in the Python interpreter + 50 % of its 50,000"
+            " in glibc's allocator + slack 1,000",
+        ),
+    ],
+    ids=["interpreter", "allocator"],
+)
+@pytest.mark.parametrize(("over", "status"), [(0, "pass"), (1, "fail")])
+def test_the_interpreters_and_allocators_parts_widen_the_limit(
+    parts, allowances, margin, text, over, status
+):
+    baseline = InstructionBaseline(1_000_000, 0.0, 5, "then", **parts)
+    # now's own parts are not used: the baseline's decide
+    now = Counted(1_010_000 + 1000 + margin + over, [0], 2, interpreter=999_999, allocator=9)
     count, _ = _counter(now)
     outcome = compare(
-        "t", baseline, count, key=KEY, tolerance=0.01, slack=1000, rerecord="R",
-        interpreter_allowance=0.05, allocator_allowance=0.5,
-    )  # fmt: skip
+        "t", baseline, count, key=KEY, tolerance=0.01, slack=1000, rerecord="R", **allowances
+    )
     assert outcome.status == status
     if status == "fail":
-        assert (
-            "+ 5 % of its 200,000 instructions in the Python interpreter + 50 % of its 50,000"
-            " in glibc's allocator + slack 1,000" in outcome.message
-        )
+        assert text in outcome.message
         assert "each the smallest rest plus the allocator's median" in outcome.message
 
 
