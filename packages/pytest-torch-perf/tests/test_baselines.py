@@ -134,6 +134,20 @@ def test_instruction_counts_no_recording_writes_are_malformed(tmp_path, change, 
     )
 
 
+def test_a_merge_conflict_is_named_with_how_to_resolve_it(tmp_path):
+    path = tmp_path / ".torch-perf-baselines.json"
+    path.write_text(
+        '{\n  "format": 1,\n<<<<<<< HEAD\n  "machines": {"a": {}}\n=======\n'
+        '  "machines": {"b": {}}\n>>>>>>> feature\n}\n'
+    )
+    with pytest.raises(BaselineFileError) as info:
+        BaselineFile(path).read()
+    message = str(info.value)
+    assert "holds an unresolved merge conflict (<<<<<<< at line 3)" in message
+    assert "git checkout --ours -- .torch-perf-baselines.json" in message
+    assert message.endswith("re-record what the other changed: pytest --torch-update-perf")
+
+
 def test_a_newer_format_says_upgrade_or_move_it_aside(tmp_path):
     path = tmp_path / "b.json"
     path.write_text('{"format": 99, "machines": {}}')

@@ -159,6 +159,19 @@ class BaselineFile:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
+            conflict = next(
+                (n for n, line in enumerate(text.splitlines(), 1) if line.startswith("<<<<<<<")),
+                None,
+            )
+            if conflict is not None:
+                raise BaselineFileError(
+                    f"the perf baseline file {self.path} holds an unresolved merge conflict"
+                    f" (<<<<<<< at line {conflict}). Nothing was changed. Resolve it: keep the"
+                    " entries of both sides (each test's entry from the side whose"
+                    " figures you trust) and remove the markers, or take one side"
+                    f" (git checkout --ours -- {self.path.name}, or --theirs) and re-record"
+                    f" what the other changed: {self.rerecord}"
+                ) from None
             raise BaselineFileError(
                 f"the perf baseline file {self.path} is not valid JSON (line {exc.lineno},"
                 f" column {exc.colno}: {exc.msg}). Nothing was changed."
