@@ -219,8 +219,8 @@ def grew_most(
     """The ``count`` functions whose own counts grew most from ``before`` to ``now``.
 
     An allocator function (:func:`is_allocator`) is ranked, and named at all, only by
-    what it grew beyond ``allocator_noise`` of the allocator's whole baseline count (0.1:
-    a tenth of it), what the heap's state alone moves it by (and moves between its
+    what it grew beyond ``allocator_noise`` of the allocator's whole baseline count (0.05:
+    a twentieth of it), what the heap's state alone moves it by (and moves between its
     functions, ``_int_malloc`` to ``unlink_chunk``): a regression names the code that
     grew, not the free lists it happened to find."""
     floor = min(before.values()) if len(before) >= KEPT_FUNCTIONS else 0
