@@ -151,7 +151,13 @@ def test_no_rank_outlives_an_interrupted_or_killed_pytest(
         pids = rank_pids()
         assert len(pids) == 2, process.communicate(timeout=30)[0].decode()
         os.kill(process.pid, getattr(signal, how))
-        output = process.communicate(timeout=60)[0].decode()
+        try:
+            output = process.communicate(timeout=60)[0].decode()
+        except subprocess.TimeoutExpired:
+            # still running: every thread's stack (pytest's faulthandler on SIGABRT) says where
+            os.kill(process.pid, signal.SIGABRT)
+            stacks = process.communicate(timeout=30)[0].decode()
+            pytest.fail(f"pytest still ran 60 s after {how}; its threads then:\n{stacks}")
     finally:
         if process.poll() is None:
             process.kill()
