@@ -143,6 +143,9 @@ def test_no_rank_outlives_an_interrupted_or_killed_pytest(
         cwd=pytester.path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        # a run started in the background (nohup, some CI runners) ignores SIGINT, and so
+        # would this pytest: Ctrl-C at a terminal is what is tested
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 120
