@@ -182,7 +182,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     assert found == {f"test_{w}_{i}" for w in range(8) for i in range(5)}
 
 
-def test_lookups_parse_the_file_once_and_merge_refreshes_them(tmp_path, monkeypatch):
+def test_lookups_parse_the_file_once_and_read_and_merge_refresh_them(tmp_path, monkeypatch):
     store = BaselineFile(tmp_path / "b.json")
     store.merge({"machines": {"m": {"a": entry(1.0)}}})
     reads = []
@@ -194,3 +194,9 @@ def test_lookups_parse_the_file_once_and_merge_refreshes_them(tmp_path, monkeypa
     assert len(reads) == 1
     fresh.merge({"machines": {"m": {"b": entry(2.0)}}})
     assert fresh.lookup("machines", "m", "b").latency_ms == 2.0
+    # a run reads the file once before its first test; its lookups use that read
+    checked = BaselineFile(store.path)
+    checked.read()
+    reads.clear()
+    assert checked.lookup("machines", "m", "b").latency_ms == 2.0
+    assert reads == []

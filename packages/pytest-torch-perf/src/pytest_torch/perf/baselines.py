@@ -109,8 +109,10 @@ class BaselineFile:
 
     def read(self) -> Sections:
         """Every known section (section -> key -> test -> entry), empty when the file
-        does not exist; sections this version does not know are left out."""
-        return self._read()[0]
+        does not exist; sections this version does not know are left out. Kept for
+        :meth:`entries`."""
+        self._cached = self._read()[0]
+        return self._cached
 
     def _read(self) -> tuple[Sections, dict[str, Any]]:
         """The known sections parsed, and the unknown ones as they are."""
@@ -200,13 +202,10 @@ class BaselineFile:
 
     def entries(self, section: str, test: str) -> dict[str, Any]:
         """A test's entries in ``section`` under every key it was recorded with; the file
-        is parsed once for all lookups (merge refreshes it)."""
-        if self._cached is None:
-            self._cached = self.read()
+        is parsed once for all lookups (read and merge refresh it)."""
+        sections = self._cached if self._cached is not None else self.read()
         return {
-            key: tests[test]
-            for key, tests in self._cached.get(section, {}).items()
-            if test in tests
+            key: tests[test] for key, tests in sections.get(section, {}).items() if test in tests
         }
 
     def lookup(self, section: str, key: str, test: str) -> Any:

@@ -67,10 +67,11 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     then the session's engine may run it another way (instruction counts: again, under
     Valgrind), and return its exit status."""
     settings = _settings(config)
-    engine = ENGINES[settings.measure]
+    session = PerfSession(settings, ENGINES[settings.measure])
     if not options.measures_nothing(config):
-        PerfSession(settings, engine).check_file()
-    return engine.launch(config)
+        session.check_file()  # the file read here serves the run's lookups
+    config.stash[session_key] = session
+    return session.engine.launch(config)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -80,8 +81,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.issue_config_time_warning(
             pytest.PytestConfigWarning(settings.threads_warning), stacklevel=2
         )
-    session = PerfSession(settings, ENGINES[settings.measure])
-    config.stash[session_key] = session
+    session = config.stash.get(session_key, None)  # made at start-up (not in xdist workers)
+    if session is None:
+        session = PerfSession(settings, ENGINES[settings.measure])
+        config.stash[session_key] = session
     config.pluginmanager.register(_ResultCollector(session), "torch_perf_results")
 
 
