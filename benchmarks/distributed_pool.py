@@ -216,6 +216,8 @@ LABELS = {
     "fork": "hand-rolled fork + free port",
     "inproc": "in-process, 1 rank (baseline)",
 }
+#: the variants whose failures are reported beside their timings instead of stopping
+HAND_ROLLED = ("spawn", "fork")
 #: one pytest run: wall seconds, each test's seconds, the output
 Run = tuple[float, dict[str, float], str]
 POOL_LINE = re.compile(
@@ -241,17 +243,27 @@ def suite_files(tests: int) -> tuple[dict[str, str], dict[str, list[str]]]:
     return files, names
 
 
-def run_variant(root: Path, args: Sequence[str]) -> Run:
-    """Wall seconds, each test's seconds and the output of one pytest run, autoload off."""
+def run_variant(root: Path, args: Sequence[str], check: bool = True) -> Run:
+    """Wall seconds, each test's seconds and the output of one pytest run, autoload off
+    (a failing run stops the benchmark, unless ``check`` is false)."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         times_path = Path(handle.name)
     env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "BENCH_TIMES": str(times_path)}
     try:
-        elapsed, _, output = run_pytest(root, args, extra_env=env)
+        elapsed, _, output = run_pytest(root, args, extra_env=env, check=check)
         times = json.loads(times_path.read_text() or "{}")
     finally:
         times_path.unlink(missing_ok=True)
     return elapsed, times, output
+
+
+def failures(output: str) -> list[str]:
+    """A run's failed and erroring tests (pytest's short summary lines), then the
+    exceptions their reports end with (a crashed rank's signal, for a hand-rolled
+    launcher), each once."""
+    summary = [line for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    exceptions = re.findall(r"^E\s+([\w.]+(?:Error|Exception): .*)$", output, re.M)
+    return [*summary, *dict.fromkeys(exceptions)]
 
 
 def pool_line(output: str, tests: int) -> tuple[int, float | None, str]:
@@ -302,7 +314,9 @@ def measure(
                 seconds.append(run_variant(root, [*PLUGINS.get(variant, []), first[variant]])[0])
         for variant, files in names.items():
             print(f"  running {LABELS[variant]} ...", file=sys.stderr, flush=True)
-            results[variant] = run_variant(root, [*PLUGINS.get(variant, []), *files])
+            # a hand-rolled launcher's own failures are a finding, not the end of the run
+            check = variant not in HAND_ROLLED
+            results[variant] = run_variant(root, [*PLUGINS.get(variant, []), *files], check)
     return one, results
 
 
@@ -322,6 +336,9 @@ def report(one: dict[str, list[float]], results: dict[str, Run], tests: int, bus
             f"  {LABELS[variant]:<32} {total:>8.1f}s {total / tests * 1e3:>8.0f}ms"
             f" {median(ordered) * 1e3:>8.0f}ms {ordered[0]:>8.2f}s"
         )
+    for variant, (_, _, output) in results.items():
+        for line in failures(output):
+            print(f"  !! {LABELS[variant]}: {line}")
     pool_total, pool_times, pool_output = results["pool"]
     spawn_total, spawn_times, _ = results["spawn"]
     base_total, base_times, _ = results["inproc"]
