@@ -98,3 +98,50 @@ def test_a_failure_names_its_rank_and_what_the_others_did(run, pytester) -> None
     )
     xml = (pytester.path / "report.xml").read_text()
     assert 'message="rank 1 of 2: AssertionError: rank 1 saw 0.0' in xml
+
+
+def test_a_pool_a_test_disturbed_is_replaced_and_ranks_start_where_pytest_did(
+    run, pytester
+) -> None:
+    pytester.mkdir("tests")
+    pytester.path.joinpath("tests", "test_state.py").write_text(
+        """
+import os
+import pytest
+import torch
+
+
+def test_0_leaves_the_directory(tmp_path):
+    os.chdir(tmp_path)  # never goes back: the ranks must still find the tests
+
+
+@pytest.mark.torch_distributed(world_size=2)
+def test_1_changes_dtype(rank):
+    torch.set_default_dtype(torch.float64)
+
+
+@pytest.mark.torch_distributed(world_size=2)
+def test_2_sees_a_fresh_rank(rank, tmp_path):
+    assert torch.get_default_dtype() == torch.float32
+    os.chdir(tmp_path)
+
+
+@pytest.mark.torch_distributed(world_size=2)
+def test_3_starts_where_pytest_did(rank):
+    assert torch.get_default_dtype() == torch.float32
+    assert os.path.isdir("tests"), os.getcwd()
+"""
+    )
+    result = run("-p", "no:randomly", "tests")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(
+        [
+            "torch: 3 tests ran on torch.distributed ranks*; rank pools started 3 time(s),*"
+            " replaced after a test changed process state (2)",
+            "torch:   tests/test_state.py::test_1_changes_dtype: the test left"
+            " torch.get_default_dtype() at torch.float64 (was torch.float32);"
+            " its ranks were replaced",
+            "torch:   tests/test_state.py::test_2_sees_a_fresh_rank: the test left the current"
+            " directory at *; its ranks were replaced",
+        ]
+    )

@@ -113,7 +113,13 @@ class Controller:
 
         live = config.getoption("capture", "fd") == "no"  # -s: the ranks' output live too
         pool = RankPool(
-            plan.world_size, plan.backend, list(plan.devices), workdir, setup, live_output=live
+            plan.world_size,
+            plan.backend,
+            list(plan.devices),
+            workdir,
+            setup,
+            live_output=live,
+            cwd=config.invocation_params.dir,
         )
         pool.start()
         self.pools[plan.pool_key] = pool

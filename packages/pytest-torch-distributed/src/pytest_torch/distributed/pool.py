@@ -105,7 +105,11 @@ class RankPool:
         workdir: Path,
         setup: Callable[[int, str, int, Path], msg.Setup],
         live_output: bool = False,
+        cwd: Path | None = None,
     ) -> None:
+        #: where the ranks start: pytest's own starting folder, wherever a test has
+        #: since left the current directory (the command line's paths are relative to it)
+        self.cwd = cwd
         #: the ranks write to pytest's own output (``-s``) instead of their logs
         self.live_output = live_output
         self.world_size = world_size
@@ -151,6 +155,7 @@ class RankPool:
                 stdout=None if self.live_output else out,
                 stderr=None if self.live_output else subprocess.STDOUT,
                 env=env,
+                cwd=self.cwd,
                 start_new_session=True,
             )
         os.close(to_rank_r)

@@ -207,6 +207,7 @@ def state() -> dict[str, object]:
             torch.are_deterministic_algorithms_enabled()
         ),
         "torch.get_num_threads()": torch.get_num_threads(),
+        "the current directory": os.getcwd(),
         "the environment variables": {
             name: value
             for name, value in os.environ.items()
