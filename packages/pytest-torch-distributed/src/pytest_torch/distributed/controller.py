@@ -217,12 +217,9 @@ class Tally:
             f"torch:   {nodeid}: {text}; its ranks were replaced"
             for nodeid, text in sorted(self.disturbed.items())[:3]
         ]
-        return [
-            line,
-            *shown,
-            "torch: the family's checks (torch_max_memory, --torch-leak-check,"
-            " --torch-deterministic, torch_seed) ran inside each rank; a failure names its rank",
-        ]
+        # the family's checks that ran inside the ranks say so in their own lines, counted
+        # from the reports the ranks sent back
+        return [line, *shown]
 
 
 def close_quietly(controller: Controller | None) -> None:
