@@ -65,6 +65,16 @@ def test_a_native_crash_in_a_log_is_found() -> None:
     assert crash_report("a rank that exited quietly") == []
 
 
+def test_a_crash_in_a_native_thread_shows_the_main_thread() -> None:
+    # an abort in a C++ library's own thread: faulthandler marks no "Current thread"
+    log = "Fatal Python error: Aborted\n\n" + DUMP.replace("Current thread", "Thread")
+    assert crash_report(log, main_thread=MAIN)[:3] == [
+        "Fatal Python error: Aborted",
+        "it crashed in a native thread; its main thread was here (most recent call last):",
+        "  /work/tests/test_sum.py:12 in test_sum",
+    ]
+
+
 @pytest.mark.parametrize(
     ("code", "text"),
     [

@@ -47,7 +47,8 @@ def test_death_and_hang_fail_with_what_each_rank_did(run, pytester, rank_pids, s
     result.stdout.fnmatch_lines(
         [
             "*_ test_1_rank_dies _*",
-            "rank 1 of 2 exited with code 7 during call (* s into the test)",
+            # rank 0, in a barrier, usually fails at once ("then failed in a collective")
+            "rank 1 of 2 exited with code 7 during call (* s into the test)*",
             "*- rank 1: died -*",
             "*_ test_2_rank_never_joins _*",
             "timed out after 3 s: ranks 0, 1 of 2 did not finish call (rank 0 waiting in"
@@ -101,6 +102,35 @@ def test_a_signal_and_a_native_crash_are_named(run, pytester) -> None:
             "  *test_s.py:11 in test_crash",
             "rank 1 of 2 was killed by SIGKILL — the kernel's out-of-memory killer is the usual"
             " cause (see dmesg) during call*",
+        ]
+    )
+
+
+def test_what_a_rank_said_before_it_aborted_is_shown(run, pytester) -> None:
+    # gloo aborts the process (std::terminate) when the sizes of one collective differ;
+    # its message goes to the fd pytest captures during the test
+    pytester.makepyfile(
+        test_a="""
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.mark.torch_distributed(world_size=2)
+        def test_shapes_differ(rank):
+            dist.all_reduce(torch.ones(4 + rank))
+        """
+    )
+    result = run("-rA")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "rank ? of 2 was killed by SIGABRT — an abort in native code * during call"
+            " (*); it said: *size*; rank ? then failed in a collective, because its peer"
+            " had died",
+            "what it wrote during the test before it died (last lines):",
+            "*what():*",
+            "it crashed in a native thread; its main thread was here (most recent call last):",
+            "  test_a.py:7 in test_shapes_differ",
         ]
     )
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, cast
@@ -55,6 +55,8 @@ class RankState:
     log_tail: list[str] = field(default_factory=list)
     #: the native crash in the rank's log, if it wrote one
     crash: list[str] = field(default_factory=list)
+    #: what a rank that died wrote during the test (pytest had captured it)
+    captured: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -93,6 +95,10 @@ class _Rank:
     main_thread: int = 0
     alive: bool = True
 
+    @property
+    def capture_dir(self) -> Path:
+        return self.log.with_name(f"rank{self.rank}-captured")
+
 
 class RankPool:
     """``world_size`` ranks on ``devices`` (one per rank), started by :meth:`start`."""
@@ -120,6 +126,7 @@ class RankPool:
         self._ranks: list[_Rank] = []
         self._store: Any = None
         self._seq = 0
+        self._test_began = 0.0
         self.started_s = 0.0
         self.missing: dict[str, tuple[str, str]] = {}
 
@@ -169,7 +176,7 @@ class RankPool:
             stack_file,
         )
         setup = self._setup(rank, self.devices[rank], int(self._store.port), stack_file)
-        handle.to_rank.send(setup)
+        handle.to_rank.send(replace(setup, capture_dir=str(handle.capture_dir)))
         return handle
 
     def _await_ready(self) -> None:
@@ -236,6 +243,7 @@ class RankPool:
             # the hang first and dumps each rank's stack while it is still there
             rank.to_rank.send(msg.Run(seq, nodeid, timeout + 60.0))
         begun = time.monotonic()
+        self._test_began = time.time()
         try:
             self._watch(run, seq, timeout, begun)
         except BaseException:  # Ctrl-C while the ranks run: stop them at once
@@ -288,7 +296,8 @@ class RankPool:
                     state.returncode = -signal.SIGKILL
                 log = read_log(handle.log)
                 state.log_tail = tail(log)
-                state.crash = crash_report(log)
+                state.crash = crash_report(log, handle.main_thread)
+                state.captured = captured_since(handle.capture_dir, self._test_began)
 
     @staticmethod
     def _take(state: RankState, answer: object, seq: int) -> None:
@@ -317,6 +326,17 @@ def read_log(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def captured_since(folder: Path, since: float, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last lines of what a rank wrote while pytest captured it, in the files its
+    capture wrote to since ``since`` (wall-clock seconds)."""
+    try:
+        files = [p for p in folder.iterdir() if p.stat().st_mtime >= since - 1.0]
+    except OSError:
+        return []
+    text = "".join(read_log(p) for p in sorted(files, key=lambda p: p.stat().st_mtime))
+    return tail(text, lines) if text.strip() else []
 
 
 def tail(log: str, lines: int = LOG_TAIL_LINES) -> list[str]:

@@ -35,6 +35,9 @@ class Setup:
     cache_dir: str
     #: faulthandler writes every thread's stack here on SIGUSR1
     stack_file: str
+    #: pytest's fd capture writes the rank's output here during a test, so that what a
+    #: rank wrote before it died (a C++ library's last words) can still be read
+    capture_dir: str = ""
 
 
 @dataclass(frozen=True)

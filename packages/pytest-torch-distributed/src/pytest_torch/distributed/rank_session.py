@@ -16,9 +16,11 @@ import contextlib
 import datetime
 import os
 import sys
+import tempfile
 import threading
 from multiprocessing.connection import Connection
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -55,6 +57,8 @@ def run_session(setup: msg.Setup, inbox: Connection, outbox: Connection) -> int:
     """Start this rank's pytest session and serve tests until told to stop."""
     from _pytest.config import _prepareconfig
 
+    if setup.capture_dir:
+        keep_captured_output(Path(setup.capture_dir))
     args = [*setup.args, "-p", "no:randomly"]
     if "no:cacheprovider" not in " ".join(setup.args).replace("-p ", ""):
         args += ["-o", f"cache_dir={setup.cache_dir}"]  # the run's cache is the controller's
@@ -73,6 +77,24 @@ def run_session(setup: msg.Setup, inbox: Connection, outbox: Connection) -> int:
     config.pluginmanager.register(RankRunner(setup, inbox, outbox), "torch_distributed_rank")
     code = config.hook.pytest_cmdline_main(config=config)
     return int(code or 0)
+
+
+def keep_captured_output(folder: Path) -> None:
+    """Let pytest's fd capture write to files in ``folder`` instead of anonymous ones,
+    so that what a rank wrote during a test before it died (a C++ library's message
+    before an abort, which goes to the captured fd 2) can be read after its death.
+    This is the rank's own process, which ends with its session."""
+    from _pytest import capture
+
+    if not callable(getattr(capture, "TemporaryFile", None)):
+        return  # a pytest that captures another way: a dead rank's output is lost
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def named_file(mode: str = "w+b", buffering: int = -1, **_: object) -> IO[bytes]:
+        handle, _path = tempfile.mkstemp(dir=folder, prefix="fd-")
+        return open(handle, mode, buffering=buffering)  # pytest closes it
+
+    capture.TemporaryFile = named_file  # type: ignore[attr-defined,assignment]
 
 
 class RankRunner:

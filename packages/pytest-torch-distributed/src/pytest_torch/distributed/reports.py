@@ -313,6 +313,15 @@ def _stopped(
             f"{_ranks(dead)} of {world} {describe_exit(state.returncode, plural=len(dead) > 1)}"
             f" during {when} ({run.waited_s:.1f} s into the test)"
         )
+        said = _last_words(state.captured)
+        if said:
+            headline += f"; it said: {said}"
+        followers = [rank for rank in failed if _secondary(got[rank])]
+        if followers:
+            headline += (
+                f"; {_ranks(followers)} then failed in a collective, because"
+                f" {'its' if len(dead) == 1 else 'their'} peer had died"
+            )
     elif failed:
         headline = (
             f"{_ranks(failed)} of {world} {_FAILED[when]}; {_ranks(busy)}, still running"
@@ -334,6 +343,20 @@ def _stopped(
     parts += _failed_parts(failed, got)
     longrepr = rank_failures(headline, ReprFileLocation(path, lineno, headline), parts)
     return pytest.TestReport(outcome="failed", longrepr=longrepr, **base)
+
+
+#: what a C++ exception that ended a process said (std::terminate's message)
+_WHAT = re.compile(r"^\s*what\(\):\s*(?:\[enforce fail at [^\]]*\]\s*)?(.+)$")
+
+
+def _last_words(captured: list[str], limit: int = 300) -> str:
+    """The message of the C++ exception a rank died of, from what it wrote last."""
+    for line in reversed(captured):
+        found = _WHAT.match(line)
+        if found:
+            text = found.group(1).strip()
+            return text if len(text) <= limit else text[: limit - 3] + "..."
+    return ""
 
 
 def _failed_parts(failed: list[int], got: dict[int, pytest.TestReport]) -> list[tuple[str, Any]]:
@@ -395,6 +418,9 @@ def _other_parts(
         if state.returncode is not None:
             lines = [f"rank {state.rank} {describe_exit(state.returncode)}"]
             lines += _phases(reports)
+            if state.captured:
+                lines += ["what it wrote during the test before it died (last lines):"]
+                lines += [f"  {line}" for line in state.captured]
             if state.crash:
                 lines += state.crash
             elif state.log_tail:

@@ -109,15 +109,23 @@ def shown_stack(frames: list[Frame], limit: int = 12) -> list[str]:
     return lines
 
 
-def crash_report(log: str) -> list[str]:
+def crash_report(log: str, main_thread: int = 0) -> list[str]:
     """From a rank's log, the native crash ``faulthandler`` wrote (``Fatal Python
-    error: ...``) and the crashing thread's stack as a person reads it, or []."""
+    error: ...``) and the crashing thread's stack as a person reads it, or []. A crash in
+    a thread Python does not know (a C++ library's own) has no Python stack: the main
+    thread's, where the test was, is shown instead."""
     start = log.rfind("Fatal Python error")
     if start < 0:
         return []
     dump = log[start:]
-    frames = parse_dump(dump).get(0, [])
-    return [dump.splitlines()[0], "its Python stack (most recent call last):", *shown_stack(frames)]
+    threads = parse_dump(dump)
+    frames = threads.get(0)
+    if frames is not None:
+        title = "its Python stack (most recent call last):"
+    else:
+        frames = main_stack(dump, main_thread)
+        title = "it crashed in a native thread; its main thread was here (most recent call last):"
+    return [dump.splitlines()[0], title, *shown_stack(frames)]
 
 
 def read_when_written(path: Path, wait: float) -> str:
