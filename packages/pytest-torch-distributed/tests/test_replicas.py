@@ -110,7 +110,7 @@ def test_replica_checks_catch_drift_and_pass_correct_code(run, pytester) -> None
     assert (
         "first: buffer 1.running_mean (shape [8], float32): rank 1 differs from rank 0" in batchnorm
     )
-    assert "Buffers differ: a BatchNorm's running statistics" in batchnorm
+    assert "Buffers differ: this DDP model was built with broadcast_buffers=False" in batchnorm
     assert "Parameters differ" not in batchnorm
     outside = output.split("_ test_bad_update_outside_ddp _")[1].split("_ test_bad_")[0]
     assert "replicas out of sync: 1 of 9 tensors differ across the 2 ranks (bitwise)." in outside

@@ -122,7 +122,9 @@ def assert_replicas_in_sync(
     if structure:
         raise AssertionError(f"replicas out of sync: {structure}")
     if failures:
-        raise AssertionError(_message(failures, len(mine), len(everyone), rtol, atol))
+        # DDP built with broadcast_buffers=False never makes its buffers agree
+        broadcasts = getattr(model, "broadcast_buffers", None) if _is_wrapper(model) else None
+        raise AssertionError(_message(failures, len(mine), len(everyone), rtol, atol, broadcasts))
 
 
 def assert_same_across_ranks(
@@ -292,7 +294,12 @@ def _difference(rank: int, other: torch.Tensor, reference: torch.Tensor) -> str:
 
 
 def _message(
-    failures: list[tuple[_Entry, str]], total: int, world: int, rtol: float, atol: float
+    failures: list[tuple[_Entry, str]],
+    total: int,
+    world: int,
+    rtol: float,
+    atol: float,
+    broadcast_buffers: bool | None = None,
 ) -> str:
     entry, problem = failures[0]
     how = "bitwise" if not (rtol or atol) else f"within rtol={rtol}, atol={atol}"
@@ -306,7 +313,15 @@ def _message(
     if len(failures) > 1 + SHOWN_ALSO:
         lines.append(f"... and {len(failures) - 1 - SHOWN_ALSO} more")
     kinds = {e.kind for e, _ in failures}
-    if "buffer" in kinds:
+    if "buffer" in kinds and broadcast_buffers is False:
+        lines.append(
+            "Buffers differ: this DDP model was built with broadcast_buffers=False, so each"
+            " rank keeps its own buffers (a BatchNorm's running statistics come from its own"
+            " batches) and nothing makes them agree. Convert the model with"
+            " torch.nn.SyncBatchNorm.convert_sync_batchnorm, build DDP with"
+            " broadcast_buffers=True, or pass buffers=False where they may differ."
+        )
+    elif "buffer" in kinds:
         lines.append(
             "Buffers differ: a BatchNorm's running statistics are computed from each rank's"
             " own batch. Under DDP with broadcast_buffers=True (its default) rank 0's replace"
