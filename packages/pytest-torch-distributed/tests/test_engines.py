@@ -79,10 +79,7 @@ def test_a_crash_in_a_native_thread_shows_the_main_thread() -> None:
     ("code", "text"),
     [
         (7, "exited with code 7"),
-        (
-            3,
-            "exited with code 3 (also pytest's status for an internal error in the rank's session)",
-        ),
+        (3, "exited with code 3"),  # a test's own os._exit(3)
         (
             -signal.SIGKILL,
             "was killed by SIGKILL — the kernel's out-of-memory killer is the"
@@ -94,6 +91,16 @@ def test_a_crash_in_a_native_thread_shows_the_main_thread() -> None:
 )
 def test_exits_are_named(code: int, text: str) -> None:
     assert describe_exit(code) == text
+
+
+def test_pytest_own_statuses_are_named_where_the_log_shows_them() -> None:
+    log = "INTERNALERROR> Traceback (most recent call last):"
+    assert describe_exit(3, log=log) == (
+        "exited with code 3 (pytest's status for an internal error in the rank's session)"
+    )
+    assert describe_exit(2, log="KeyboardInterrupt") == (
+        "exited with code 2 (pytest's status for an interrupted session: a KeyboardInterrupt)"
+    )
 
 
 def test_a_test_without_accelerators_plans_cpu_ranks() -> None:

@@ -208,8 +208,10 @@ class RankPool:
 
     def _start_failure(self, rank: _Rank) -> str:
         code = rank.process.poll()
-        shown = "\n".join(tail(read_log(rank.log)))
-        return f"rank {rank.rank} {describe_exit(code)} while starting. Its output:\n{shown}"
+        log = read_log(rank.log)
+        shown = "\n".join(tail(log))
+        exited = describe_exit(code, log=log)
+        return f"rank {rank.rank} {exited} while starting. Its output:\n{shown}"
 
     def close(self, graceful: bool = True) -> None:
         """Stop every rank (politely first when ``graceful``) and the rendezvous."""

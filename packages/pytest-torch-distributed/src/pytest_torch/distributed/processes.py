@@ -73,19 +73,23 @@ def kill_group(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-#: what a rank's own pytest session exits with when it cannot go on
+#: what a rank's own pytest session exits with when it cannot go on, and what its log
+#: then holds: the hint is given only where the log shows it (a test's own
+#: ``os._exit(3)`` is not an internal error)
 _PYTEST_CODES = {
-    2: " (also pytest's status for an interrupted session: a KeyboardInterrupt in the test?)",
-    3: " (also pytest's status for an internal error in the rank's session)",
+    2: ("KeyboardInterrupt", " (pytest's status for an interrupted session: a KeyboardInterrupt)"),
+    3: ("INTERNALERROR", " (pytest's status for an internal error in the rank's session)"),
 }
 
 
-def describe_exit(returncode: int | None, plural: bool = False) -> str:
-    """``-9`` -> "was killed by SIGKILL (...)", ``3`` -> "exited with code 3"."""
+def describe_exit(returncode: int | None, plural: bool = False, log: str = "") -> str:
+    """``-9`` -> "was killed by SIGKILL (...)", ``3`` -> "exited with code 3"; ``log``,
+    what the rank wrote, tells pytest's own statuses from a test's ``os._exit``."""
     if returncode is None:
         return "are still running" if plural else "is still running"
     if returncode >= 0:
-        return f"exited with code {returncode}{_PYTEST_CODES.get(returncode, '')}"
+        sign, hint = _PYTEST_CODES.get(returncode, ("", ""))
+        return f"exited with code {returncode}{hint if sign and sign in log else ''}"
     number = -returncode
     try:
         name = signal.Signals(number).name

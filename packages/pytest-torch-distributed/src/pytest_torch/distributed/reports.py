@@ -310,7 +310,8 @@ def _stopped(
     if dead:
         state = run.ranks[dead[0]]
         headline = (
-            f"{_ranks(dead)} of {world} {describe_exit(state.returncode, plural=len(dead) > 1)}"
+            f"{_ranks(dead)} of {world}"
+            f" {describe_exit(state.returncode, len(dead) > 1, _log(state))}"
             f" during {when} ({run.waited_s:.1f} s into the test)"
         )
         said = _last_words(state.captured)
@@ -386,6 +387,10 @@ def _where(item: pytest.Item, crash: Any) -> tuple[str, int]:
     return str(item.path), (item.location[1] or 0) + 1
 
 
+def _log(state: RankState) -> str:
+    return "\n".join(state.log_tail)
+
+
 def _ranks(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
@@ -416,7 +421,7 @@ def _other_parts(
         if state.rank in exclude:
             continue
         if state.returncode is not None:
-            lines = [f"rank {state.rank} {describe_exit(state.returncode)}"]
+            lines = [f"rank {state.rank} {describe_exit(state.returncode, log=_log(state))}"]
             lines += _phases(reports)
             if state.captured:
                 lines += ["what it wrote during the test before it died (last lines):"]
