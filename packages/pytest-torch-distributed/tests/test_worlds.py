@@ -142,3 +142,12 @@ def test_the_torchrun_contract_is_read_from_the_environment() -> None:
     assert launched_by_torchrun(contract)
     assert not launched_by_torchrun({**contract, "RANK": ""})
     assert not launched_by_torchrun({})
+
+
+def test_a_torchrun_world_on_port_0_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_torch.distributed.torchrun import world_from_environment
+
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "0"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(pytest.UsageError, match=r"MASTER_PORT=0 .*--standalone"):
+        world_from_environment()

@@ -42,6 +42,14 @@ GRACE_S = 30.0
 def world_from_environment() -> RankInfo:
     from pytest_torch.core import devices
 
+    if os.environ.get("MASTER_PORT") == "0":
+        # torchrun's static rendezvous passes --rdzv-endpoint's port on as it is: every
+        # rank would wait for the others on a port no one listens on, silently
+        raise pytest.UsageError(
+            "torch_distributed: this torchrun world was given MASTER_PORT=0"
+            " (--rdzv-endpoint=HOST:0), so its ranks cannot meet: name a free port"
+            " (--rdzv-endpoint=HOST:29500), or use --standalone on one machine"
+        )
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     accelerators = [t for t in devices.available_device_types() if t != "cpu"]
