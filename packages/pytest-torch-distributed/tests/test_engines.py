@@ -209,3 +209,21 @@ def test_a_hung_rank_fails_the_phase_it_was_in(item: pytest.Item) -> None:
     assert str(reports[1].longrepr).startswith(
         "timed out after 3 s: rank 0 of 2 did not finish call (rank 0 busy after setup)"
     )
+
+
+def test_a_collective_the_others_never_joined_is_named_in_the_summary(
+    item: pytest.Item,
+) -> None:
+    # rank 1 skipped an all_reduce and finished: rank 0's collective broke when rank 1
+    # closed its process group
+    gone = "E   RuntimeError: [../gloo/transport/tcp/pair.cc:537] Connection closed by peer"
+    zero = [_phase(0, "setup", "passed"), _phase(0, "call", "failed", gone)]
+    one = [_phase(1, w, "passed") for w in ("setup", "call", "teardown")]
+    reports = merged_reports(item.config, item, _run(zero, one))
+    call = reports[1]
+    assert str(call.longrepr).startswith(
+        "rank 0 of 2 failed in a collective that rank 1 never joined (rank 1 finished the test"
+        " meanwhile)"
+    )
+    summary = call.longrepr.chain[-1][1].message  # what -rA and JUnit's message show
+    assert summary.startswith("rank 0 of 2: in a collective that rank 1 never joined: ")

@@ -277,6 +277,10 @@ def _failures(
     headline = f"{_ranks(causes)} of {world} {_FAILED[when]}"
     passed = [s.rank for s in run.ranks if s.rank not in failed]
     if all(_secondary(got[rank]) for rank in failed) and passed:
+        message = (
+            f"{_ranks(causes)} of {world}: in a collective that {_ranks(passed)} never joined:"
+            f" {said}"
+        )
         headline += (
             f" in a collective that {_ranks(passed)} never joined ({_ranks(passed)} finished"
             " the test meanwhile): a collective called on some ranks only, or in another"
