@@ -135,6 +135,53 @@ def test_what_a_rank_said_before_it_aborted_is_shown(run, pytester) -> None:
     )
 
 
+def test_a_collective_the_finished_ranks_never_joined_fails_before_the_timeout(
+    run, pytester, monkeypatch
+) -> None:
+    from pytest_torch.distributed import pool
+
+    monkeypatch.setattr(pool, "ALONE_AFTER_S", 1.0)  # the pool runs in this process
+    monkeypatch.setattr(pool, "ALONE_CONFIRM_S", 1.0)
+    pytester.makepyfile(
+        test_a="""
+        import time
+
+        import pytest
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        @pytest.mark.torch_distributed(world_size=2, timeout=50)
+        def test_1_only_rank_0_logs_the_loss(rank):
+            model = DDP(torch.nn.Linear(4, 1))  # keeps rank 1's connections open
+            loss = model(torch.randn(3, 4)).square().mean()
+            loss.backward()
+            if rank == 0:
+                dist.all_reduce(loss.detach())
+
+        @pytest.mark.torch_distributed(world_size=2)
+        def test_2_rank_0_works_on_alone(rank):
+            own = dist.new_group([0])
+            if rank == 0:
+                end = time.monotonic() + 4
+                t = torch.ones(1)
+                while time.monotonic() < end:  # collectives of its own: they complete
+                    dist.all_reduce(t, group=own)
+                time.sleep(2)  # and in its own code
+        """
+    )
+    result = run("-rA", "-p", "no:randomly")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            # whether rank 0 waits, or its collective breaks as rank 1 leaves, it is named
+            # at once, not after the 50 s timeout
+            "rank 0 of 2 *in * collective that rank 1 never joined*",
+            "PASSED test_a.py::test_2_rank_0_works_on_alone",
+        ]
+    )
+
+
 @pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
 def test_no_rank_outlives_an_interrupted_or_killed_pytest(
     pytester, rank_pids, still_alive, how

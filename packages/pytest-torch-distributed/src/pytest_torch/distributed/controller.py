@@ -206,6 +206,7 @@ class Tally:
         words = {
             "died": "a rank died",
             "timeout": "a hang",
+            "alone": "a collective other ranks never joined",
             "stopped": "a failure left ranks running",
             "disturbed": "a test changed process state",
         }

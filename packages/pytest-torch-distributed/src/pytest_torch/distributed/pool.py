@@ -26,7 +26,13 @@ from typing import Any, cast
 from pytest_torch.distributed import protocol as msg
 from pytest_torch.distributed.groups import c10d
 from pytest_torch.distributed.processes import describe_exit, stop
-from pytest_torch.distributed.stacks import Frame, crash_report, main_stack, read_when_written
+from pytest_torch.distributed.stacks import (
+    Frame,
+    collective,
+    crash_report,
+    main_stack,
+    read_when_written,
+)
 
 #: how long ranks may take to start (import torch, collect) before the pool gives up
 START_TIMEOUT_S = 300.0
@@ -34,6 +40,15 @@ START_TIMEOUT_S = 300.0
 FAIL_FAST_GRACE_S = 5.0
 #: how long a rank gets to write its stack after SIGUSR1
 STACK_WAIT_S = 5.0
+#: once every other rank finished the test, how long the last one may run before its
+#: stack is looked at, and how long after that it must still wait in the same collective
+#: to be failed at once: its peers left their process group, so no collective it waits
+#: in can complete (a rank still busy in its own code is left to the test's timeout)
+ALONE_AFTER_S = 5.0
+ALONE_CONFIRM_S = 2.0
+#: ... and use at most this share of one core meanwhile: a rank blocked in a collective
+#: sleeps, one that calls collectives on a group of its own in a loop does not
+ALONE_MAX_CPU = 0.1
 LOG_TAIL_LINES = 25
 
 
@@ -73,8 +88,11 @@ class RankRun:
 
     nodeid: str
     ranks: list[RankState]
-    #: "done", "died", "timeout" (the test's timeout) or "stopped" (after a failure)
+    #: "done", "died", "timeout" (the test's timeout), "stopped" (after a failure) or
+    #: "alone" (the last rank waits in a collective its finished peers never joined)
     ending: str = "done"
+    #: for "alone": seconds since the other ranks had finished the test
+    alone_s: float = 0.0
     waited_s: float = 0.0
     #: when the first rank failed or died, seconds into the test
     failed_s: float = 0.0
@@ -260,6 +278,10 @@ class RankPool:
         """Receive until every rank is done; or until the others had the grace period to
         finish after a rank failed or died; or until the timeout."""
         failed_at: float | None = None
+        alone_at: float | None = None  # when every rank but one had finished
+        probed_at = 0.0
+        waiting_in: str | None = None  # the collective the last rank was seen in
+        cpu_then: float | None = None  # its CPU seconds then
         while True:
             self._receive(run, seq, timeout=0.1)
             now = time.monotonic()
@@ -280,6 +302,25 @@ class RankPool:
             if now - begun > timeout:
                 run.ending = "timeout"
                 return
+            running = [s for s in run.ranks if not s.done and s.returncode is None]
+            if failed_at is not None or len(running) != 1 or len(run.ranks) < 2:
+                continue
+            if alone_at is None:
+                alone_at = now
+            elif now - alone_at >= ALONE_AFTER_S and now - probed_at >= ALONE_CONFIRM_S:
+                state = running[0]
+                cpu_now = cpu_seconds(self._ranks[state.rank].process.pid)
+                seen = self._probe(state)
+                idle = (
+                    cpu_now is not None
+                    and cpu_then is not None
+                    and cpu_now - cpu_then <= ALONE_MAX_CPU * (now - probed_at)
+                )
+                if seen is not None and seen == waiting_in and idle:
+                    run.ending = "alone"
+                    run.alone_s = time.monotonic() - alone_at
+                    return
+                probed_at, waiting_in, cpu_then = now, seen, cpu_now
 
     def _receive(self, run: RankRun, seq: int, timeout: float) -> None:
         handles = {r.from_rank: r for r in self._ranks if r.alive}
@@ -311,6 +352,17 @@ class RankPool:
         elif isinstance(answer, msg.Broken):
             state.disturbed = answer.text
 
+    def _probe(self, state: RankState) -> str | None:
+        """The collective (with the line that called it) a running rank waits in now, or
+        None; its stack is kept for the report."""
+        handle = self._ranks[state.rank]
+        with contextlib.suppress(OSError):
+            handle.stack_file.write_text("")
+            os.kill(handle.process.pid, signal.SIGUSR1)
+        text = read_when_written(handle.stack_file, STACK_WAIT_S)
+        state.stack = main_stack(text, handle.main_thread)
+        return collective(state.stack)
+
     def _dump_stacks(self, run: RankRun) -> None:
         busy = [r for r in self._ranks if r.alive and not run.ranks[r.rank].done]
         for rank in busy:
@@ -320,6 +372,16 @@ class RankPool:
         for rank in busy:
             text = read_when_written(rank.stack_file, STACK_WAIT_S)
             run.ranks[rank.rank].stack = main_stack(text, rank.main_thread)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time a process used so far, all its threads (Linux; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def read_log(path: Path) -> str:

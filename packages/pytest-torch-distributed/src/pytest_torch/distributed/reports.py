@@ -327,6 +327,16 @@ def _stopped(
                 f"; {_ranks(followers)} then failed in a collective, because"
                 f" {'its' if len(dead) == 1 else 'their'} peer had died"
             )
+    elif run.ending == "alone" and busy:
+        state = run.ranks[busy[0]]
+        others = [s.rank for s in run.ranks if s.rank != state.rank]
+        headline = (
+            f"rank {state.rank} of {world} waited in {collective(state.stack)}, a collective"
+            f" that {_ranks(others)} never joined: {_ranks(others)} had finished the test"
+            f" {run.alone_s:.0f} s earlier and left the process group, so it could never"
+            " complete. A collective called on some ranks only (under an `if rank == ...`,"
+            " or after an early return) is the usual cause"
+        )
     elif failed:
         headline = (
             f"{_ranks(failed)} of {world} {_FAILED[when]}; {_ranks(busy)}, still running"
