@@ -276,22 +276,26 @@ def _failures(
     path, lineno = _where(item, crash)
     headline = f"{_ranks(causes)} of {world} {_FAILED[when]}"
     passed = [s.rank for s in run.ranks if s.rank not in failed]
-    if all(_secondary(got[rank]) for rank in failed) and passed:
+    never_joined = all(_secondary(got[rank]) for rank in failed) and passed
+    if never_joined:
+        site = _call_site(first)
+        where = f" (called at {site})" if site else ""
         message = (
-            f"{_ranks(causes)} of {world}: in a collective that {_ranks(passed)} never joined:"
-            f" {said}"
+            f"{_ranks(causes)} of {world} failed in a collective{where} that {_ranks(passed)}"
+            f" never joined ({said})"
         )
         headline += (
-            f" in a collective that {_ranks(passed)} never joined ({_ranks(passed)} finished"
-            " the test meanwhile): a collective called on some ranks only, or in another"
-            " order on each, is the usual cause"
+            f" in a collective{where} that {_ranks(passed)} never joined ({_ranks(passed)}"
+            " finished the test meanwhile): a collective called on some ranks only, or in"
+            " another order on each, is the usual cause"
         )
     if followers:
         headline += (
             f"; {_ranks(followers)} then failed in a collective, because"
             f" {'its' if len(causes) == 1 else 'their'} peer had stopped taking part"
         )
-    headline += _others(failed, run, per_rank, when)
+    if not never_joined:
+        headline += _others(failed, run, per_rank, when)
     parts: list[tuple[str, Any]] = list(_other_parts(run, per_rank, exclude=set(failed)))
     parts += _failed_parts(followers, got) + _failed_parts(causes, got)
     return rank_failures(headline, ReprFileLocation(path, lineno, message), parts)
@@ -393,6 +397,21 @@ def _without_rank_details(text: str) -> str:
     values of the ``rank`` argument and object addresses."""
     text = re.sub(r"\brank = \d+", "rank = N", text)
     return re.sub(r" at 0x[0-9a-f]+", "", text)
+
+
+def _call_site(longrepr: Any) -> str | None:
+    """``test_x.py:12``: the innermost frame of a failure's traceback outside torch (the
+    line that called the collective that failed)."""
+    chain = getattr(longrepr, "chain", None)
+    traceback = chain[-1][0] if chain else getattr(longrepr, "reprtraceback", None)
+    for entry in reversed(getattr(traceback, "reprentries", []) or []):
+        location = getattr(entry, "reprfileloc", None)
+        if location is None:
+            continue
+        path = str(location.path).replace("\\", "/")
+        if "/torch/" not in path and "/_pytest/" not in path:
+            return f"{path}:{location.lineno}"
+    return None
 
 
 def _where(item: pytest.Item, crash: Any) -> tuple[str, int]:
