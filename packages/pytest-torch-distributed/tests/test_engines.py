@@ -206,6 +206,8 @@ def test_a_hung_rank_fails_the_phase_it_was_in(item: pytest.Item) -> None:
     run.waited_s = 3.0
     reports = merged_reports(item.config, item, run)
     assert [(r.when, r.outcome) for r in reports] == [("setup", "passed"), ("call", "failed")]
+    # --durations and JUnit's time: until the ranks were stopped, not rank 1's 0.2 s
+    assert reports[1].duration == pytest.approx(3.0 - 0.2)  # less the slowest setup
     assert str(reports[1].longrepr).startswith(
         "timed out after 3 s: rank 0 of 2 did not finish call (rank 0 busy after setup)"
     )

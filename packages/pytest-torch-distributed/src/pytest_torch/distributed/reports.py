@@ -311,6 +311,12 @@ def _stopped(
     """The phase the run stopped in: a rank died, hung past the timeout, or was still
     busy after another rank failed."""
     base = _base(item, when, got)
+    # the phase lasted until the ranks were stopped, however soon some ranks finished it
+    earlier = sum(
+        max((reports[w].duration for reports in per_rank if w in reports), default=0.0)
+        for w in PHASES[: PHASES.index(when)]
+    )
+    base["duration"] = max(base["duration"], run.waited_s - earlier)
     world = len(run.ranks)
     dead = [s.rank for s in run.ranks if s.returncode is not None]
     failed = sorted(rank for rank, report in got.items() if report.failed)
