@@ -17,6 +17,7 @@ import pytest
 from _pytest._code.code import ExceptionChainRepr, ReprFileLocation, ReprTraceback
 
 from pytest_torch.core.properties import number
+from pytest_torch.distributed.causes import after_peer_left, call_site, last_words
 from pytest_torch.distributed.pool import RankRun, RankState
 from pytest_torch.distributed.processes import describe_exit
 from pytest_torch.distributed.stacks import collective, innermost_user_frame, shown_stack
@@ -246,17 +247,6 @@ def _keep_xfail(report: pytest.TestReport, source: pytest.TestReport) -> None:
 
 #: what a rank's collective raises when a peer stopped taking part (it failed, left the
 #: collective or died): a consequence of another rank's failure, not a cause
-_PEER_GONE = re.compile(
-    r"Connection (closed|reset) by peer|failed to pass monitoredBarrier|"
-    r"Timed out waiting|communicator was aborted|NCCL error|Broken pipe",
-    re.IGNORECASE,
-)
-
-
-def _secondary(report: pytest.TestReport) -> bool:
-    return bool(_PEER_GONE.search(str(report.longrepr)))
-
-
 def _failures(
     item: pytest.Item,
     when: str,
@@ -267,7 +257,7 @@ def _failures(
 ) -> ExceptionChainRepr:
     world = len(run.ranks)
     # a rank whose collective broke because another rank had failed is named after it
-    causes = [rank for rank in failed if not _secondary(got[rank])] or failed
+    causes = [rank for rank in failed if not after_peer_left(got[rank])] or failed
     followers = [rank for rank in failed if rank not in causes]
     first = got[causes[0]].longrepr
     crash = getattr(first, "reprcrash", None)
@@ -276,9 +266,9 @@ def _failures(
     path, lineno = _where(item, crash)
     headline = f"{_ranks(causes)} of {world} {_FAILED[when]}"
     passed = [s.rank for s in run.ranks if s.rank not in failed]
-    never_joined = all(_secondary(got[rank]) for rank in failed) and passed
+    never_joined = all(after_peer_left(got[rank]) for rank in failed) and passed
     if never_joined:
-        site = _call_site(first)
+        site = call_site(first)
         where = f" (called at {site})" if site else ""
         message = (
             f"{_ranks(causes)} of {world} failed in a collective{where} that {_ranks(passed)}"
@@ -328,10 +318,10 @@ def _stopped(
             f" {describe_exit(state.returncode, len(dead) > 1, _log(state))}"
             f" during {when} ({run.waited_s:.1f} s into the test)"
         )
-        said = _last_words(state.captured)
+        said = last_words(state.captured)
         if said:
             headline += f"; it said: {said}"
-        followers = [rank for rank in failed if _secondary(got[rank])]
+        followers = [rank for rank in failed if after_peer_left(got[rank])]
         if followers:
             headline += (
                 f"; {_ranks(followers)} then failed in a collective, because"
@@ -370,20 +360,6 @@ def _stopped(
     return pytest.TestReport(outcome="failed", longrepr=longrepr, **base)
 
 
-#: what a C++ exception that ended a process said (std::terminate's message)
-_WHAT = re.compile(r"^\s*what\(\):\s*(?:\[enforce fail at [^\]]*\]\s*)?(.+)$")
-
-
-def _last_words(captured: list[str], limit: int = 300) -> str:
-    """The message of the C++ exception a rank died of, from what it wrote last."""
-    for line in reversed(captured):
-        found = _WHAT.match(line)
-        if found:
-            text = found.group(1).strip()
-            return text if len(text) <= limit else text[: limit - 3] + "..."
-    return ""
-
-
 def _failed_parts(failed: list[int], got: dict[int, pytest.TestReport]) -> list[tuple[str, Any]]:
     """Each failing rank's report; ranks that failed the same way (a collective check
     raises the same error everywhere) share one."""
@@ -403,21 +379,6 @@ def _without_rank_details(text: str) -> str:
     values of the ``rank`` argument and object addresses."""
     text = re.sub(r"\brank = \d+", "rank = N", text)
     return re.sub(r" at 0x[0-9a-f]+", "", text)
-
-
-def _call_site(longrepr: Any) -> str | None:
-    """``test_x.py:12``: the innermost frame of a failure's traceback outside torch (the
-    line that called the collective that failed)."""
-    chain = getattr(longrepr, "chain", None)
-    traceback = chain[-1][0] if chain else getattr(longrepr, "reprtraceback", None)
-    for entry in reversed(getattr(traceback, "reprentries", []) or []):
-        location = getattr(entry, "reprfileloc", None)
-        if location is None:
-            continue
-        path = str(location.path).replace("\\", "/")
-        if "/torch/" not in path and "/_pytest/" not in path:
-            return f"{path}:{location.lineno}"
-    return None
 
 
 def _where(item: pytest.Item, crash: Any) -> tuple[str, int]:
