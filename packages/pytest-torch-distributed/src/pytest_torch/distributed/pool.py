@@ -356,22 +356,28 @@ class RankPool:
         """The collective (with the line that called it) a running rank waits in now, or
         None; its stack is kept for the report."""
         handle = self._ranks[state.rank]
-        with contextlib.suppress(OSError):
-            handle.stack_file.write_text("")
-            os.kill(handle.process.pid, signal.SIGUSR1)
-        text = read_when_written(handle.stack_file, STACK_WAIT_S)
-        state.stack = main_stack(text, handle.main_thread)
+        _ask_for_stack(handle)
+        state.stack = _stack_written(handle)
         return collective(state.stack)
 
     def _dump_stacks(self, run: RankRun) -> None:
         busy = [r for r in self._ranks if r.alive and not run.ranks[r.rank].done]
+        for rank in busy:  # all at once: they write while the others are read
+            _ask_for_stack(rank)
         for rank in busy:
-            with contextlib.suppress(OSError):
-                rank.stack_file.write_text("")
-                os.kill(rank.process.pid, signal.SIGUSR1)
-        for rank in busy:
-            text = read_when_written(rank.stack_file, STACK_WAIT_S)
-            run.ranks[rank.rank].stack = main_stack(text, rank.main_thread)
+            run.ranks[rank.rank].stack = _stack_written(rank)
+
+
+def _ask_for_stack(rank: _Rank) -> None:
+    """Have a rank write its stack (``faulthandler`` on SIGUSR1) into its empty file."""
+    with contextlib.suppress(OSError):
+        rank.stack_file.write_text("")
+        os.kill(rank.process.pid, signal.SIGUSR1)
+
+
+def _stack_written(rank: _Rank) -> list[Frame]:
+    """The main thread's stack a rank wrote after :func:`_ask_for_stack`."""
+    return main_stack(read_when_written(rank.stack_file, STACK_WAIT_S), rank.main_thread)
 
 
 def cpu_seconds(pid: int) -> float | None:
