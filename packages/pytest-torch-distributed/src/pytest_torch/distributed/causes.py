@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+#: what a rank's collective raises when a peer stopped taking part (it failed, left the
+#: collective or died): a consequence of another rank's failure, not a cause
 _PEER_GONE = re.compile(
     r"Connection (closed|reset) by peer|failed to pass monitoredBarrier|"
     r"Timed out waiting|communicator was aborted|NCCL error|Broken pipe",

@@ -245,8 +245,6 @@ def _keep_xfail(report: pytest.TestReport, source: pytest.TestReport) -> None:
         report.wasxfail = source.wasxfail
 
 
-#: what a rank's collective raises when a peer stopped taking part (it failed, left the
-#: collective or died): a consequence of another rank's failure, not a cause
 def _failures(
     item: pytest.Item,
     when: str,
@@ -279,11 +277,7 @@ def _failures(
             " finished the test meanwhile): a collective called on some ranks only, or in"
             " another order on each, is the usual cause"
         )
-    if followers:
-        headline += (
-            f"; {_ranks(followers)} then failed in a collective, because"
-            f" {'its' if len(causes) == 1 else 'their'} peer had stopped taking part"
-        )
+    headline += _followed(followers, len(causes), "had stopped taking part")
     if not never_joined:
         headline += _others(failed, run, per_rank, when)
     parts: list[tuple[str, Any]] = list(_other_parts(run, per_rank, exclude=set(failed)))
@@ -322,11 +316,7 @@ def _stopped(
         if said:
             headline += f"; it said: {said}"
         followers = [rank for rank in failed if after_peer_left(got[rank])]
-        if followers:
-            headline += (
-                f"; {_ranks(followers)} then failed in a collective, because"
-                f" {'its' if len(dead) == 1 else 'their'} peer had died"
-            )
+        headline += _followed(followers, len(dead), "had died")
     elif run.ending == "alone" and busy:
         state = run.ranks[busy[0]]
         others = [s.rank for s in run.ranks if s.rank != state.rank]
@@ -385,6 +375,14 @@ def _where(item: pytest.Item, crash: Any) -> tuple[str, int]:
     if crash is not None and getattr(crash, "path", None):
         return str(crash.path), int(crash.lineno)
     return str(item.path), (item.location[1] or 0) + 1
+
+
+def _followed(followers: list[int], causes: int, what: str) -> str:
+    """ "; rank 0 then failed in a collective, because its peer had died"."""
+    if not followers:
+        return ""
+    whose = "its" if causes == 1 else "their"
+    return f"; {_ranks(followers)} then failed in a collective, because {whose} peer {what}"
 
 
 def _log(state: RankState) -> str:

@@ -67,7 +67,10 @@ def parse_dump(text: str) -> dict[int, list[Frame]]:
 
 def main_stack(text: str, main_thread: int) -> list[Frame]:
     """The main thread's frames (the one running the test), outermost first."""
-    threads = parse_dump(text)
+    return _main_of(parse_dump(text), main_thread)
+
+
+def _main_of(threads: dict[int, list[Frame]], main_thread: int) -> list[Frame]:
     if main_thread in threads:
         return threads[main_thread]
     return max(threads.values(), key=len, default=[])
@@ -123,7 +126,7 @@ def crash_report(log: str, main_thread: int = 0) -> list[str]:
     if frames is not None:
         title = "its Python stack (most recent call last):"
     else:
-        frames = main_stack(dump, main_thread)
+        frames = _main_of(threads, main_thread)
         title = "it crashed in a native thread; its main thread was here (most recent call last):"
     return [dump.splitlines()[0], title, *shown_stack(frames)]
 
