@@ -150,7 +150,7 @@ def test_distributed_tests_run_on_rank_pools_of_each_xdist_worker(pytester):
     result.stdout.fnmatch_lines(
         [
             "torch xdist: 2 workers*",
-            "*rank 1 of 2 failed; rank 0 passed it*",
+            "*rank 1 of 2 failed: assert 1 == 0; rank 0 passed it*",
             "torch: 4 tests ran on torch.distributed ranks (2 ranks, gloo on cpu: 4)*",
             "FAILED *::test_rank_one_fails*",
         ]

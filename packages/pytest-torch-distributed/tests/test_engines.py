@@ -189,7 +189,7 @@ def test_one_failing_rank_fails_the_test_and_is_named(item: pytest.Item) -> None
     call = reports[1]
     assert call.outcome == "failed"
     text = str(call.longrepr)
-    assert text.startswith("rank 1 of 2 failed; rank 0 passed it")
+    assert text.startswith("rank 1 of 2 failed: AssertionError: off by one; rank 0 passed it")
     assert "AssertionError: off by one" in text
     assert "rank 0 finished the test: passed" in text
 

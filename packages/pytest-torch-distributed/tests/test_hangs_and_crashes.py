@@ -51,11 +51,16 @@ def test_death_and_hang_fail_with_what_each_rank_did(run, pytester, rank_pids, s
             "rank 1 of 2 exited with code 7 during call (* s into the test)*",
             "*- rank 1: died -*",
             "*_ test_2_rank_never_joins _*",
+            # what each rank did, and the first call the ranks' records disagree on
             "timed out after 3 s: ranks 0, 1 of 2 did not finish call (rank 0 waiting in"
-            " all_reduce, called at test_s.py:22 in test_2_rank_never_joins; rank 1 busy at"
-            " *test_s.py:24 in test_2_rank_never_joins, in no collective)*",
+            " all_reduce float32[[]1] (#1 on the default group), called at test_s.py:22; rank 1"
+            " busy at *test_s.py:24 in test_2_rank_never_joins, in no collective); the ranks'"
+            " collectives part at collective #1 on the default group: rank 0 all_reduce"
+            " float32[[]1] at test_s.py:22 (waiting); rank 1 had called none on the default"
+            " group when it was stopped: a collective called on some ranks only*",
             "*- rank 0: stopped -*",
-            "rank 0 was still running, in all_reduce, called at *test_s.py:22*",
+            "rank 0 was still running, in all_reduce float32[[]1] (#1 on the default group),"
+            " called at test_s.py:22",
             "its Python stack when it was stopped (most recent call last):",
             "  *test_s.py:22 in test_2_rank_never_joins",
             "  */torch/distributed/distributed_c10d.py:* in all_reduce",
@@ -138,10 +143,10 @@ def test_what_a_rank_said_before_it_aborted_is_shown(run, pytester) -> None:
 def test_a_collective_the_finished_ranks_never_joined_fails_before_the_timeout(
     run, pytester, monkeypatch
 ) -> None:
-    from pytest_torch.distributed import pool
+    from pytest_torch.distributed import watchdog
 
-    monkeypatch.setattr(pool, "ALONE_AFTER_S", 1.0)  # the pool runs in this process
-    monkeypatch.setattr(pool, "ALONE_CONFIRM_S", 1.0)
+    monkeypatch.setattr(watchdog, "ALONE_AFTER_S", 1.0)  # the pool runs in this process
+    monkeypatch.setattr(watchdog, "ALONE_CONFIRM_S", 1.0)
     pytester.makepyfile(
         test_a="""
         import time
@@ -175,8 +180,10 @@ def test_a_collective_the_finished_ranks_never_joined_fails_before_the_timeout(
     result.stdout.fnmatch_lines(
         [
             # whether rank 0 waits, or its collective breaks as rank 1 leaves, it is named
-            # at once, not after the 50 s timeout
-            "rank 0 of 2 *in * collective* that rank 1 never joined*",
+            # at once, not after the 50 s timeout, with the call rank 1 never made
+            "rank 0 of 2 * collective*: collective #5 on the default group: rank 0"
+            " all_reduce float32 scalar at test_a.py:14*; rank 1 had called only 4"
+            " collectives on the default group when it finished the test*",
             "PASSED test_a.py::test_2_rank_0_works_on_alone",
         ]
     )

@@ -88,11 +88,12 @@ def test_a_failure_names_its_rank_and_what_the_others_did(run, pytester) -> None
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "rank 1 of 2 failed; rank 0 passed it",
-            "*- rank 0: passed -*",
-            "rank 0 finished the test: passed",
+            "rank 1 of 2 failed: AssertionError: rank 1 saw 0.0; rank 0 passed it",
+            # the cause first, then what the others did
             "*- rank 1 -*",
             "E * AssertionError: rank 1 saw 0.0",
+            "*- rank 0: passed -*",
+            "rank 0 finished the test: passed",
             "FAILED test_x.py::test_rank_one_disagrees - rank 1 of 2: AssertionError: rank*",
         ]
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -24,9 +25,11 @@ import pytest
 
 from pytest_torch.core.cpus import available_cores
 from pytest_torch.distributed import protocol as msg
+from pytest_torch.distributed import rank_warnings
+from pytest_torch.distributed.parts import phase_report
 from pytest_torch.distributed.plan import Plan
 from pytest_torch.distributed.pool import PoolStartError, RankPool, RankRun
-from pytest_torch.distributed.reports import merged_reports, phase_report
+from pytest_torch.distributed.reports import merged_reports
 
 #: the teardown report's attribute that carries what a test cost the pool
 REPORT_ATTRIBUTE = "torch_distributed"
@@ -54,7 +57,8 @@ class Controller:
         return self._workdir
 
     def run(self, item: pytest.Item, plan: Plan) -> list[pytest.TestReport]:
-        """Run ``item`` on its pool; the reports pytest logs for it."""
+        """Run ``item`` on its pool; the reports pytest logs for it. The warnings the
+        ranks raised are recorded for it as pytest records a test's own."""
         started = 0.0
         failed_start = self.start_failures.get(plan.pool_key)
         if failed_start is not None:
@@ -75,7 +79,17 @@ class Controller:
             if kind == "skipped":
                 return [_skipped(item, f"skipped in the ranks' collection: {why}")]
             return [_error(item, "setup", f"the ranks could not collect this test:\n{why}")]
-        run = pool.run(item.nodeid, plan.timeout)
+        run = pool.run(item.nodeid, plan.timeout, self._shared_dir(item))
+        per_rank = {state.rank: state.warnings for state in run.ranks}
+        for warning in rank_warnings.merged(per_rank, plan.world_size):
+            item.ihook.pytest_warning_recorded.call_historic(
+                kwargs={
+                    "warning_message": warning,
+                    "when": "runtest",
+                    "nodeid": item.nodeid,
+                    "location": None,
+                }
+            )
         reports = merged_reports(self.config, item, run) or [
             _error(item, "setup", f"the ranks reported nothing for this test ({run.ending})")
         ]
@@ -84,6 +98,14 @@ class Controller:
             del self.pools[plan.pool_key]
         _annotate(reports, plan, run, started)
         return reports
+
+    def _shared_dir(self, item: pytest.Item) -> str:
+        """A fresh folder for the ranks of ``item`` to share, if it asks for one."""
+        if "shared_tmp_path" not in getattr(item, "fixturenames", ()):
+            return ""
+        factory = self.config._tmp_path_factory  # type: ignore[attr-defined]
+        name = re.sub(r"[\W]", "_", item.name)[:30]
+        return str(factory.mktemp(f"shared-{name}", numbered=True))
 
     def _start(self, plan: Plan) -> RankPool:
         threads = rank_threads(plan.world_size)
@@ -207,6 +229,7 @@ class Tally:
             "died": "a rank died",
             "timeout": "a hang",
             "alone": "a collective other ranks never joined",
+            "stuck": "collectives that could not complete",
             "stopped": "a failure left ranks running",
             "disturbed": "a test changed process state",
         }

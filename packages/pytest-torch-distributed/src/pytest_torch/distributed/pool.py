@@ -2,11 +2,12 @@
 test to test and replaced whenever a test disturbed it.
 
 The controller hosts the rendezvous (a ``TCPStore`` on a port the OS picks, so two
-pools, two xdist workers or two pytest runs never collide), starts the ranks, hands
-each test to every rank and watches them: a rank that dies is noticed at once (its
-pipe closes), a rank still busy after the test's timeout — or a few seconds after
-another rank failed — has its Python stack dumped (``faulthandler`` on SIGUSR1) and
-the pool is stopped. A stopped or disturbed pool is never reused.
+pools, two xdist workers or two pytest runs never collide, and a fresh one per test for
+code that opens a process group itself), starts the ranks, hands each test to every
+rank and has :mod:`.watchdog` watch them. Once a test went wrong, each living rank's
+record of its collectives is read (:class:`~.collectives.Record`), and the stack of
+each rank still busy is dumped (``faulthandler`` on SIGUSR1) before the pool is
+stopped. A stopped or disturbed pool is never reused.
 """
 
 from __future__ import annotations
@@ -24,31 +25,18 @@ from pathlib import Path
 from typing import Any, cast
 
 from pytest_torch.distributed import protocol as msg
+from pytest_torch.distributed.collectives import Record, first_divergence
 from pytest_torch.distributed.groups import c10d
 from pytest_torch.distributed.processes import describe_exit, stop
-from pytest_torch.distributed.stacks import (
-    Frame,
-    collective,
-    crash_report,
-    main_stack,
-    read_when_written,
-)
+from pytest_torch.distributed.stacks import Frame, crash_report, main_stack, read_when_written
 
 #: how long ranks may take to start (import torch, collect) before the pool gives up
 START_TIMEOUT_S = 300.0
-#: once one rank failed, how long the others get to finish before they are stopped
-FAIL_FAST_GRACE_S = 5.0
 #: how long a rank gets to write its stack after SIGUSR1
 STACK_WAIT_S = 5.0
-#: once every other rank finished the test, how long the last one may run before its
-#: stack is looked at, and how long after that it must still wait in the same collective
-#: to be failed at once: its peers left their process group, so no collective it waits
-#: in can complete (a rank still busy in its own code is left to the test's timeout)
-ALONE_AFTER_S = 5.0
-ALONE_CONFIRM_S = 2.0
-#: ... and use at most this share of one core meanwhile: a rank blocked in a collective
-#: sleeps, one that calls collectives on a group of its own in a loop does not
-ALONE_MAX_CPU = 0.1
+#: how long a rank gets to answer a probe for its record (the first read with stacks
+#: takes about a second while torch prepares to symbolize them)
+RECORD_WAIT_S = 15.0
 LOG_TAIL_LINES = 25
 
 
@@ -72,6 +60,8 @@ class RankState:
     crash: list[str] = field(default_factory=list)
     #: what a rank that died wrote during the test (pytest had captured it)
     captured: list[str] = field(default_factory=list)
+    #: the warnings the test raised in the rank
+    warnings: tuple[msg.RankWarning, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -88,14 +78,19 @@ class RankRun:
 
     nodeid: str
     ranks: list[RankState]
-    #: "done", "died", "timeout" (the test's timeout), "stopped" (after a failure) or
-    #: "alone" (the last rank waits in a collective its finished peers never joined)
+    #: "done", "died", "timeout" (the test's timeout), "stopped" (after a failure),
+    #: "alone" (the last rank waits in a collective its finished peers never joined) or
+    #: "stuck" (every rank still running waits in a collective that cannot complete)
     ending: str = "done"
     #: for "alone": seconds since the other ranks had finished the test
     alone_s: float = 0.0
     waited_s: float = 0.0
     #: when the first rank failed or died, seconds into the test
     failed_s: float = 0.0
+    #: each living rank's record of the test's collectives, read once the test went wrong
+    records: dict[int, Record] = field(default_factory=dict)
+    #: for "stuck": what each rank waited in, ``(rank, group, seq, op)``
+    stuck: tuple[tuple[int, str, int, str], ...] = ()
 
     @property
     def needs_new_pool(self) -> bool:
@@ -110,6 +105,8 @@ class _Rank:
     from_rank: Connection
     log: Path
     stack_file: Path
+    probe_to: Connection
+    probe_from: Connection
     main_thread: int = 0
     alive: bool = True
 
@@ -144,6 +141,7 @@ class RankPool:
         self._ranks: list[_Rank] = []
         self._store: Any = None
         self._seq = 0
+        self._probes = 0
         self._test_began = 0.0
         self.started_s = 0.0
         self.missing: dict[str, tuple[str, str]] = {}
@@ -167,6 +165,9 @@ class RankPool:
     def _spawn(self, rank: int) -> _Rank:
         to_rank_r, to_rank_w = os.pipe()
         from_rank_r, from_rank_w = os.pipe()
+        probe_r, probe_w = os.pipe()
+        answer_r, answer_w = os.pipe()
+        theirs = (to_rank_r, from_rank_w, probe_r, answer_w)
         log = self.workdir / f"rank{rank}.log"
         stack_file = self.workdir / f"rank{rank}.stack"
         stack_file.write_text("")
@@ -174,8 +175,8 @@ class RankPool:
         code = "from pytest_torch.distributed.rank_main import main; main()"
         with open(log, "wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-c", code, str(to_rank_r), str(from_rank_w), str(os.getpid())],
-                pass_fds=(to_rank_r, from_rank_w),
+                [sys.executable, "-c", code, *map(str, theirs), str(os.getpid())],
+                pass_fds=theirs,
                 stdin=subprocess.DEVNULL,
                 stdout=None if self.live_output else out,
                 stderr=None if self.live_output else subprocess.STDOUT,
@@ -183,8 +184,8 @@ class RankPool:
                 cwd=self.cwd,
                 start_new_session=True,
             )
-        os.close(to_rank_r)
-        os.close(from_rank_w)
+        for fd in theirs:
+            os.close(fd)
         handle = _Rank(
             rank,
             process,
@@ -192,6 +193,8 @@ class RankPool:
             Connection(from_rank_r, writable=False),
             log,
             stack_file,
+            Connection(probe_w, readable=False),
+            Connection(answer_r, writable=False),
         )
         setup = self._setup(rank, self.devices[rank], int(self._store.port), stack_file)
         handle.to_rank.send(replace(setup, capture_dir=str(handle.capture_dir)))
@@ -240,7 +243,7 @@ class RankPool:
         deadline = time.monotonic() + (5.0 if graceful else 0.0)
         for rank in self._ranks:
             stop(rank.process, max(0.0, deadline - time.monotonic()))
-            for conn in (rank.to_rank, rank.from_rank):
+            for conn in (rank.to_rank, rank.from_rank, rank.probe_to, rank.probe_from):
                 with contextlib.suppress(OSError):
                     conn.close()
         self._ranks = []
@@ -252,77 +255,74 @@ class RankPool:
 
     # -- one test ------------------------------------------------------------------
 
-    def run(self, nodeid: str, timeout: float) -> RankRun:
+    def run(self, nodeid: str, timeout: float, shared_dir: str = "") -> RankRun:
         """Run ``nodeid`` on every rank and watch it until every rank is done, one dies,
-        the timeout passes, or the others overrun a failure by the grace period."""
+        the timeout passes, the others overrun a failure by the grace period, or the
+        ranks still running wait in collectives that cannot complete."""
+        from pytest_torch.distributed.watchdog import Watchdog
+
         self._seq += 1
         seq = self._seq
         run = RankRun(nodeid, [RankState(r.rank) for r in self._ranks])
+        # the test's own rendezvous: a store used twice by init_process_group() would
+        # hand the second group the first one's stale addresses
+        test_store = c10d().TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         for rank in self._ranks:
             # the process group's own timeout is longer than ours: the controller sees
             # the hang first and dumps each rank's stack while it is still there
-            rank.to_rank.send(msg.Run(seq, nodeid, timeout + 60.0))
-        begun = time.monotonic()
+            order = msg.Run(seq, nodeid, timeout + 60.0, int(test_store.port), shared_dir)
+            rank.to_rank.send(order)
         self._test_began = time.time()
         try:
-            self._watch(run, seq, timeout, begun)
+            Watchdog(self, run, seq, timeout).watch()
         except BaseException:  # Ctrl-C while the ranks run: stop them at once
             self.close(graceful=False)
             raise
+        if run.ending != "done" or any(state.failed for state in run.ranks):
+            run.records.update(self._records_of(run))
         if run.ending != "done":
-            self._dump_stacks(run)
+            self.dump_stacks(run)
             self.close(graceful=False)
+        del test_store
         return run
 
-    def _watch(self, run: RankRun, seq: int, timeout: float, begun: float) -> None:
-        """Receive until every rank is done; or until the others had the grace period to
-        finish after a rank failed or died; or until the timeout."""
-        failed_at: float | None = None
-        alone_at: float | None = None  # when every rank but one had finished
-        probed_at = 0.0
-        waiting_in: str | None = None  # the collective the last rank was seen in
-        cpu_then: float | None = None  # its CPU seconds then
-        while True:
-            self._receive(run, seq, timeout=0.1)
-            now = time.monotonic()
-            run.waited_s = now - begun
-            if all(state.done or state.returncode is not None for state in run.ranks):
-                if any(state.returncode is not None for state in run.ranks):
-                    run.ending = "died"
-                return
-            if failed_at is None and any(
-                state.failed or state.returncode is not None for state in run.ranks
-            ):
-                failed_at = now
-                run.failed_s = now - begun
-            if failed_at is not None and now - failed_at > min(FAIL_FAST_GRACE_S, timeout):
-                died = any(state.returncode is not None for state in run.ranks)
-                run.ending = "died" if died else "stopped"
-                return
-            if now - begun > timeout:
-                run.ending = "timeout"
-                return
-            running = [s for s in run.ranks if not s.done and s.returncode is None]
-            if failed_at is not None or len(running) != 1 or len(run.ranks) < 2:
-                continue
-            if alone_at is None:
-                alone_at = now
-            elif now - alone_at >= ALONE_AFTER_S and now - probed_at >= ALONE_CONFIRM_S:
-                state = running[0]
-                cpu_now = cpu_seconds(self._ranks[state.rank].process.pid)
-                seen = self._probe(state)
-                idle = (
-                    cpu_now is not None
-                    and cpu_then is not None
-                    and cpu_now - cpu_then <= ALONE_MAX_CPU * (now - probed_at)
-                )
-                if seen is not None and seen == waiting_in and idle:
-                    run.ending = "alone"
-                    run.alone_s = time.monotonic() - alone_at
-                    return
-                probed_at, waiting_in, cpu_then = now, seen, cpu_now
+    def _records_of(self, run: RankRun) -> dict[int, Record]:
+        """The living ranks' records of a test that went wrong: with the test's lines
+        where they will be shown (the calls differ, or the run did not end normally)."""
+        living = [r.rank for r in self._ranks if r.alive]
+        found = self.records(living, stacks=False)
+        if run.ending != "done" or first_divergence(found) is not None:
+            found.update(self.records(living, stacks=True))
+        return found
 
-    def _receive(self, run: RankRun, seq: int, timeout: float) -> None:
+    def records(
+        self, ranks: list[int], stacks: bool, wait: float = RECORD_WAIT_S
+    ) -> dict[int, Record]:
+        """The records of the test's collectives that ``ranks`` give within ``wait``
+        seconds (asked all at once, so they are read side by side)."""
+        self._probes += 1
+        number = self._probes
+        asked = []
+        for rank in ranks:
+            handle = self._ranks[rank]
+            with contextlib.suppress(OSError, ValueError):
+                handle.probe_to.send(msg.Probe(number, stacks))
+                asked.append(handle)
+        found: dict[int, Record] = {}
+        deadline = time.monotonic() + wait
+        for handle in asked:
+            with contextlib.suppress(EOFError, OSError):
+                while handle.probe_from.poll(max(0.0, deadline - time.monotonic())):
+                    answer = handle.probe_from.recv()
+                    if isinstance(answer, msg.Recorded) and answer.number == number:
+                        found[handle.rank] = answer.record
+                        break
+        return found
+
+    def pid(self, rank: int) -> int:
+        return self._ranks[rank].process.pid
+
+    def receive(self, run: RankRun, seq: int, timeout: float) -> None:
         handles = {r.from_rank: r for r in self._ranks if r.alive}
         for ready in wait(list(handles), timeout=timeout):
             conn = cast(Connection, ready)
@@ -349,18 +349,18 @@ class RankPool:
         elif isinstance(answer, msg.Done) and answer.seq == seq:
             state.done = True
             state.disturbed = answer.disturbed
+            state.warnings = answer.warnings
         elif isinstance(answer, msg.Broken):
             state.disturbed = answer.text
 
-    def _probe(self, state: RankState) -> str | None:
-        """The collective (with the line that called it) a running rank waits in now, or
-        None; its stack is kept for the report."""
+    def probe_stack(self, state: RankState) -> list[Frame]:
+        """A running rank's stack now (kept for the report)."""
         handle = self._ranks[state.rank]
         _ask_for_stack(handle)
         state.stack = _stack_written(handle)
-        return collective(state.stack)
+        return state.stack
 
-    def _dump_stacks(self, run: RankRun) -> None:
+    def dump_stacks(self, run: RankRun) -> None:
         busy = [r for r in self._ranks if r.alive and not run.ranks[r.rank].done]
         for rank in busy:  # all at once: they write while the others are read
             _ask_for_stack(rank)
@@ -378,16 +378,6 @@ def _ask_for_stack(rank: _Rank) -> None:
 def _stack_written(rank: _Rank) -> list[Frame]:
     """The main thread's stack a rank wrote after :func:`_ask_for_stack`."""
     return main_stack(read_when_written(rank.stack_file, STACK_WAIT_S), rank.main_thread)
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """The CPU time a process used so far, all its threads (Linux; None elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def read_log(path: Path) -> str:

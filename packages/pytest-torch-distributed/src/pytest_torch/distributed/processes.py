@@ -102,3 +102,13 @@ def describe_exit(returncode: int | None, plural: bool = False, log: str = "") -
         "SIGBUS": " — a crash in native code, often a full /dev/shm",
     }.get(name, "")
     return f"{'were' if plural else 'was'} killed by {name}{why}"
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time a process used so far, all its threads (Linux; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None

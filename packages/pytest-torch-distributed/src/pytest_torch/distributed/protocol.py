@@ -4,14 +4,18 @@ Each rank is a child process that reads :class:`Setup` once, then :class:`Run` p
 until :class:`Stop`; it answers with :class:`Ready` once its pytest session has
 collected the tests it may be asked to run, then one :class:`Phase` per test phase as
 it happens (so a rank that hangs or dies is known to be in setup, call or teardown) and
-:class:`Done` when the test's teardown is over. Messages are pickled over a pipe
-(``multiprocessing.connection``); nothing here imports torch.
+:class:`Done` when the test's teardown is over. On a second pair of pipes, served by a
+thread of its own (so it answers while the test's thread waits in a collective), a
+rank answers each :class:`Probe` with its :class:`~.collectives.Record`. Messages are
+pickled over a pipe (``multiprocessing.connection``); nothing here imports torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from pytest_torch.distributed.collectives import Record
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,11 @@ class Run:
     nodeid: str
     #: the process group's own timeout, seconds
     timeout: float
+    #: the test's own rendezvous (``MASTER_PORT`` during the test), for code that opens
+    #: a process group itself with ``init_process_group()`` (0: none)
+    store_port: int = 0
+    #: the folder every rank of the test shares (``shared_tmp_path``)
+    shared_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,11 +83,42 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class RankWarning:
+    """A warning a test raised in a rank, as text (its class may not be importable in
+    the controller)."""
+
+    category_module: str
+    category_name: str
+    message: str
+    filename: str
+    lineno: int
+
+
+@dataclass(frozen=True)
 class Done:
     seq: int
     rank: int
     #: what the test left changed in the rank (the pool is then replaced), or ""
     disturbed: str = ""
+    #: the warnings the test raised in the rank
+    warnings: tuple[RankWarning, ...] = ()
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Asks a rank for its record of the current (or last) test's collectives."""
+
+    number: int
+    #: with the test's line for each call (the first such read costs about a second)
+    stacks: bool = False
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A rank's answer to the probe of that ``number``."""
+
+    number: int
+    record: Record
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,22 @@ the test ids the controller names, and replaces pytest's run loop with
 :class:`RankRunner`, which waits for the controller: for each test it opens a fresh
 default process group on the pool's rendezvous, runs pytest's own protocol (fixtures
 evaluated here, in the rank), streams each phase's report back, closes the group and
-says whether the test left the process changed.
+says whether the test left the process changed, with the warnings the test raised. A
+thread of its own answers the controller's probes with the rank's record of the test's
+collectives (:mod:`.flight`), also while the test waits in one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import fnmatch
 import os
 import sys
 import tempfile
 import threading
+import time
+import warnings
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Any
@@ -25,9 +30,18 @@ from typing import IO, Any
 import pytest
 
 from pytest_torch.distributed import protocol as msg
+from pytest_torch.distributed.collectives import Record
+from pytest_torch.distributed.flight import snapshot
 from pytest_torch.distributed.groups import c10d, group_for_test
-from pytest_torch.distributed.reports import phase_report
-from pytest_torch.distributed.world import RankInfo, rank_key, run_without_terminal
+from pytest_torch.distributed.options import RESTORE_ENV_OPTION
+from pytest_torch.distributed.parts import phase_report
+from pytest_torch.distributed.world import (
+    RankInfo,
+    SharedContext,
+    rank_key,
+    run_without_terminal,
+    shared_key,
+)
 
 #: options that are the controller's alone: its reports, its selection, its workers
 _CONTROLLER_ONLY: dict[str, Any] = {
@@ -53,7 +67,9 @@ _CONTROLLER_ONLY: dict[str, Any] = {
 }
 
 
-def run_session(setup: msg.Setup, inbox: Connection, outbox: Connection) -> int:
+def run_session(
+    setup: msg.Setup, inbox: Connection, outbox: Connection, probes: tuple[Connection, Connection]
+) -> int:
     """Start this rank's pytest session and serve tests until told to stop."""
     from _pytest.config import _prepareconfig
 
@@ -74,7 +90,8 @@ def run_session(setup: msg.Setup, inbox: Connection, outbox: Connection) -> int:
     files = dict.fromkeys(nodeid.split("::")[0] for nodeid in setup.nodeids)
     config.args = [str(config.rootpath / file) for file in files]
     config.stash[rank_key] = RankInfo(setup.rank, setup.world_size, setup.rank, setup.device)
-    config.pluginmanager.register(RankRunner(setup, inbox, outbox), "torch_distributed_rank")
+    runner = RankRunner(setup, inbox, outbox, probes)
+    config.pluginmanager.register(runner, "torch_distributed_rank")
     code = config.hook.pytest_cmdline_main(config=config)
     return int(code or 0)
 
@@ -100,14 +117,25 @@ def keep_captured_output(folder: Path) -> None:
 class RankRunner:
     """The rank's run loop and its reports (registered in the rank's session only)."""
 
-    def __init__(self, setup: msg.Setup, inbox: Connection, outbox: Connection) -> None:
+    def __init__(
+        self,
+        setup: msg.Setup,
+        inbox: Connection,
+        outbox: Connection,
+        probes: tuple[Connection, Connection],
+    ) -> None:
         self.setup = setup
         self.inbox = inbox
         self.outbox = outbox
+        self.probes = probes
         self.items: dict[str, pytest.Item] = {}
         #: collector id -> ("skipped" or "error", why)
         self.collect_problems: dict[str, tuple[str, str]] = {}
         self.seq = 0
+        #: when the current (or last) test's process group was formed, ns since the epoch
+        self.since_ns = 0
+        self.warnings: list[msg.RankWarning] = []
+        self.restore_env: tuple[str, ...] = ()
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -126,6 +154,10 @@ class RankRunner:
         device = self.setup.device
         return device if device.split(":")[0] == device_type else None
 
+    def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str) -> None:
+        if self.seq and when == "runtest":
+            self.warnings.append(warning_text(warning_message))
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.seq:
             return
@@ -139,6 +171,7 @@ class RankRunner:
 
         dist = c10d()
         self._config = session.config
+        self.restore_env = RESTORE_ENV_OPTION.read(session.config)
         torch.set_num_threads(self.setup.threads)
         self.store = dist.TCPStore(
             self.setup.store_host,
@@ -152,6 +185,7 @@ class RankRunner:
             if nodeid not in self.items
         }
         main_thread = threading.main_thread().ident or 0
+        threading.Thread(target=self._serve_probes, name="pytest-torch-probes", daemon=True).start()
         self.outbox.send(msg.Ready(self.setup.rank, main_thread, missing))
         while True:
             try:
@@ -167,6 +201,30 @@ class RankRunner:
             if isinstance(order, msg.Run):
                 self._run(order)
 
+    def _serve_probes(self) -> None:
+        """Answer each probe with this rank's record of the test's collectives."""
+        requests, answers = self.probes
+        while True:
+            try:
+                request = requests.recv()
+            except (EOFError, OSError):
+                return
+            rank = self.setup.rank
+            if not isinstance(request, msg.Probe):
+                continue
+            try:
+                record = (
+                    snapshot(rank, self.since_ns, request.stacks, self.setup.backend)
+                    if self.since_ns
+                    else Record(rank, missing="no test has run in it")
+                )
+            except Exception as exc:  # never the rank's end
+                record = Record(rank, missing=f"{type(exc).__name__}: {exc}")
+            try:
+                answers.send(msg.Recorded(request.number, record))
+            except OSError:
+                return
+
     def _why_missing(self, nodeid: str) -> tuple[str, str]:
         for collector, problem in self.collect_problems.items():
             if nodeid.startswith(collector):
@@ -179,8 +237,16 @@ class RankRunner:
             self.outbox.send(msg.Done(order.seq, self.setup.rank, "not collected"))
             return
         before = state()
+        environ = dict(os.environ)
         self.seq = order.seq
+        self.warnings = []
         setup = self.setup
+        if order.store_port:
+            os.environ["MASTER_PORT"] = str(order.store_port)
+        shared = Path(order.shared_dir) if order.shared_dir else None
+        store = c10d().PrefixStore(f"test{order.seq}/shared/", self.store)
+        self._config.stash[shared_key] = SharedContext(store, shared)
+        self.since_ns = time.time_ns()
         try:
             with contextlib.ExitStack() as stack:
                 try:
@@ -201,7 +267,10 @@ class RankRunner:
                 item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
         finally:
             self.seq = 0
-        self.outbox.send(msg.Done(order.seq, self.setup.rank, changes(before, state())))
+            del self._config.stash[shared_key]
+            undo_env(environ, ("MASTER_PORT", *self.restore_env))
+        disturbed = changes(before, state())
+        self.outbox.send(msg.Done(order.seq, self.setup.rank, disturbed, tuple(self.warnings)))
 
     def _no_group(self, item: pytest.Item, order: msg.Run, exc: Exception) -> None:
         """The process group could not be formed: the test errors in setup, and the pool
@@ -212,6 +281,30 @@ class RankRunner:
         )
         self.pytest_runtest_logreport(phase_report(item, "setup", "failed", text))
         self.outbox.send(msg.Done(order.seq, self.setup.rank, "its process group failed"))
+
+
+def warning_text(warning: warnings.WarningMessage) -> msg.RankWarning:
+    """A warning as text: its class may not be importable elsewhere."""
+    category = warning.category
+    return msg.RankWarning(
+        getattr(category, "__module__", "builtins"),
+        getattr(category, "__qualname__", category.__name__),
+        str(warning.message),
+        str(warning.filename),
+        int(warning.lineno or 0),
+    )
+
+
+def undo_env(before: dict[str, str], patterns: tuple[str, ...]) -> None:
+    """Put back the variables matching ``patterns`` as they were in ``before``."""
+    names = set(before) | set(os.environ)
+    for name in names:
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+            continue
+        if name not in before:
+            os.environ.pop(name, None)
+        elif os.environ.get(name) != before[name]:
+            os.environ[name] = before[name]
 
 
 #: variables set by torch the first time a module is imported, and by pytest per test

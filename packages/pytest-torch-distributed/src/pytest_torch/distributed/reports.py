@@ -1,26 +1,40 @@
 """One pytest result per test, from every rank's reports.
 
-A phase fails when any rank failed it; it is skipped when every rank skipped it. A
-failure's report names the failing ranks and shows each one's own traceback, then what
-every other rank was doing (finished, still in a collective — with its stack —, dead
-with its exit status). Each rank's captured output keeps its section, named with the
-rank. The short summary line (``-rA``, JUnit's message) starts with the rank.
+A phase fails when any rank failed it; it is skipped when every rank skipped it, and
+also when some ranks skipped it and the others passed (the test did not run whole: the
+reason names the ranks). A failure's report (:mod:`.parts`) names the ranks that caused
+it and what their exception said, shows each one's own traceback, then the ranks that
+failed only because a peer had gone, what every other rank was doing, and, where the
+ranks' collectives differ, the first difference (:mod:`.divergence`). Each rank's
+captured output keeps its section, named with the rank. The short summary line
+(``-rA``, JUnit's message) starts with the rank.
 """
 
 from __future__ import annotations
 
-import re
-import time
-from typing import Any, Literal
+from functools import cached_property
+from typing import Any
 
 import pytest
-from _pytest._code.code import ExceptionChainRepr, ReprFileLocation, ReprTraceback
+from _pytest._code.code import ReprFileLocation
 
 from pytest_torch.core.properties import number
 from pytest_torch.distributed.causes import after_peer_left, call_site, last_words
+from pytest_torch.distributed.collectives import Group
+from pytest_torch.distributed.divergence import Explanation, explain
+from pytest_torch.distributed.parts import (
+    consequence_parts,
+    doing,
+    failed_parts,
+    log_of,
+    other_parts,
+    rank_failures,
+    ranks,
+    said,
+)
 from pytest_torch.distributed.pool import RankRun, RankState
 from pytest_torch.distributed.processes import describe_exit
-from pytest_torch.distributed.stacks import collective, innermost_user_frame, shown_stack
+from pytest_torch.distributed.stacks import collective
 
 PHASES = ("setup", "call", "teardown")
 #: a report's own attributes; any other was put there by a plugin in the rank (the
@@ -44,57 +58,16 @@ _STANDARD = frozenset(
 )
 #: how a phase that failed is called in the summary
 _FAILED = {"setup": "failed in setup", "call": "failed", "teardown": "failed in teardown"}
-
-
-ChainElement = tuple[ReprTraceback, ReprFileLocation | None, str | None]
-
-
-def rank_failures(
-    headline: str, crash: ReprFileLocation, parts: list[tuple[str, Any]]
-) -> ExceptionChainRepr:
-    """A failed phase's long report: the headline, what the ranks that did not fail were
-    doing, then each failing rank's own traceback, last (so tools that read the last
-    traceback — CI annotations — find the failing line). It is pytest's own chained
-    report, so pytest-xdist and JUnit carry it whole; ``crash`` is what the short
-    summary line and JUnit's message say."""
-    chain: list[ChainElement] = [(_EMPTY, None, headline)]
-    tracebacks: list[ChainElement] = []
-    for title, body in parts:
-        if hasattr(body, "chain"):
-            tracebacks.append((_EMPTY, None, _rule(title)))
-            tracebacks += list(body.chain)
-        elif hasattr(body, "reprtraceback"):
-            tracebacks.append((_EMPTY, None, _rule(title)))
-            tracebacks.append((body.reprtraceback, body.reprcrash, None))
-        else:
-            lines = body if isinstance(body, list) else str(body).splitlines()
-            chain.append((_EMPTY, None, "\n".join([_rule(title), *lines])))
-    chain += tracebacks
-    last = chain[-1]
-    chain[-1] = (last[0], crash, last[2])
-    return ExceptionChainRepr(chain)
-
-
-_EMPTY = ReprTraceback(reprentries=[], extraline=None, style="long")
-
-
-def _rule(title: str) -> str:
-    return f"{'-' * 30} {title} {'-' * max(3, 46 - len(title))}"
-
-
-def phase_report(
-    item: pytest.Item,
-    when: Literal["setup", "call", "teardown"],
-    outcome: Literal["passed", "failed", "skipped"],
-    longrepr: Any,
-) -> pytest.TestReport:
-    """A report for ``item`` made here rather than by pytest's protocol: a test its
-    ranks could not collect, start or join a process group for."""
-    now = time.time()
-    keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
-    return pytest.TestReport(
-        item.nodeid, item.location, keywords, outcome, longrepr, when, start=now, stop=now
-    )
+#: what to look for, by how the ranks' calls differ
+_ADVICE = {
+    "op": "the ranks called different collectives at the same point: one called on some"
+    " ranks only, or in another order on each, is the usual cause",
+    "shape": "the ranks passed tensors of different shapes to the same collective: a"
+    " batch or shard sized differently on each rank is the usual cause",
+    "dtype": "the ranks passed tensors of different dtypes to the same collective",
+    "missing": "a collective called on some ranks only (under an `if rank == ...`, or"
+    " after an early return or an exception) is the usual cause",
+}
 
 
 def _reports(config: pytest.Config, state: RankState) -> dict[str, pytest.TestReport]:
@@ -106,12 +79,60 @@ def _reports(config: pytest.Config, state: RankState) -> dict[str, pytest.TestRe
     return found
 
 
+class _Story:
+    """What the run says beyond its reports: the ranks' records, read once."""
+
+    def __init__(self, run: RankRun, per_rank: list[dict[str, pytest.TestReport]]) -> None:
+        self.run = run
+        self.per_rank = per_rank
+        self.world = len(run.ranks)
+
+    @property
+    def running(self) -> set[int]:
+        return {s.rank for s in self.run.ranks if not s.done and s.returncode is None}
+
+    @cached_property
+    def explanation(self) -> Explanation | None:
+        ended = {}
+        for state, reports in zip(self.run.ranks, self.per_rank, strict=True):
+            failed = any(r.failed for r in reports.values())
+            if state.done:
+                ended[state.rank] = "failed" if failed else "finished the test"
+            elif state.returncode is None:
+                ended[state.rank] = "failed" if failed else "was stopped"
+        return explain(self.run.records, ended, self.running)
+
+    @cached_property
+    def waits(self) -> dict[int, str]:
+        """Rank -> what its record says it waits in."""
+        found = {}
+        for rank, record in self.run.records.items():
+            calls = list(record.waiting().values()) if not record.missing else []
+            if rank in self.running and calls:
+                call = calls[0]
+                group = record.groups.get(call.group, Group(call.group)).shown()
+                where = f", called at {call.site}" if call.site else ""
+                found[rank] = f"{call.what()} (#{call.seq} on {group}){where}"
+        return found
+
+    def section(self, shown: bool) -> list[tuple[str, Any]]:
+        explanation = self.explanation
+        if explanation is None or not explanation.lines or not shown:
+            return []
+        return [("collectives, side by side", explanation.lines)]
+
+    def diverged(self) -> Explanation | None:
+        explanation = self.explanation
+        return explanation if explanation is not None and explanation.diverged else None
+
+
 def merged_reports(
     config: pytest.Config, item: pytest.Item, run: RankRun
 ) -> list[pytest.TestReport]:
     """The reports pytest logs for ``run``: the phases every rank finished, merged, then
     (when the run did not end normally) the phase it stopped in, failed."""
     per_rank = [_reports(config, state) for state in run.ranks]
+    story = _Story(run, per_rank)
     merged: list[pytest.TestReport] = []
     for when in PHASES:
         got = {
@@ -123,25 +144,30 @@ def merged_reports(
         if not got and run.ending == "done":
             continue
         if complete or run.ending == "done":
-            report = _merge(item, when, got, run, per_rank)
+            if when == "call" and merged and merged[-1].skipped:
+                continue  # setup skipped (on some ranks): the test did not run here
+            report = _merge(item, when, got, story)
             merged.append(report)
             if report.failed and when == "setup":
                 break
             continue
-        merged.append(_stopped(item, when, got, run, per_rank))
+        merged.append(_stopped(item, when, got, story))
         break
     return merged
 
 
-def _base(item: pytest.Item, when: str, got: dict[int, pytest.TestReport]) -> dict[str, Any]:
+def _base(
+    item: pytest.Item, when: str, got: dict[int, pytest.TestReport], first: list[int] | None = None
+) -> dict[str, Any]:
     sections = [
         (f"{title} (rank {rank})", text)
         for rank, report in sorted(got.items())
         for title, text in report.sections
     ]
     extras: dict[str, Any] = {}
-    for _, report in sorted(got.items()):  # what other plugins put on a rank's report
-        for name, value in vars(report).items():
+    order = [*(first or []), *sorted(got)]
+    for rank in dict.fromkeys(order):  # what other plugins put on a rank's report
+        for name, value in vars(got[rank]).items():
             if name not in _STANDARD:
                 extras.setdefault(name, value)
     return {
@@ -188,41 +214,40 @@ def _properties(got: dict[int, pytest.TestReport]) -> list[tuple[str, object]]:
 
 
 def _merge(
-    item: pytest.Item,
-    when: str,
-    got: dict[int, pytest.TestReport],
-    run: RankRun,
-    per_rank: list[dict[str, pytest.TestReport]],
+    item: pytest.Item, when: str, got: dict[int, pytest.TestReport], story: _Story
 ) -> pytest.TestReport:
     """One phase every rank finished. A real failure on any rank fails it; else the
     expected failure of an xfail test on any rank makes it xfailed; else a strict xfail
-    that passed everywhere fails; else it is skipped where every rank skipped, and
-    passed otherwise (a skip on some ranks only is noted)."""
-    base = _base(item, when, got)
+    that passed everywhere fails; else it is skipped where any rank skipped (the reason
+    names the ranks when the others ran it), and passed otherwise."""
     strict = [r for r, rep in sorted(got.items()) if rep.failed and _strict_xpass(rep)]
     failed = [r for r, rep in sorted(got.items()) if rep.failed and r not in strict]
-    if failed:
-        longrepr = _failures(item, when, failed, got, run, per_rank)
-        return pytest.TestReport(outcome="failed", longrepr=longrepr, **base)
+    if failed or strict:
+        return _failures(item, when, failed or strict, got, story)
+    base = _base(item, when, got)
     xfailed = [r for r, rep in sorted(got.items()) if rep.skipped and hasattr(rep, "wasxfail")]
     if xfailed:
         report = pytest.TestReport(outcome="skipped", longrepr=got[xfailed[0]].longrepr, **base)
         _keep_xfail(report, got[xfailed[0]])
         if len(xfailed) < len(got):
             others = [r for r in got if r not in xfailed]
-            base_note = (
-                f"the expected failure happened on {_ranks(xfailed)}, not on {_ranks(others)}"
-            )
-            report.sections.append(("xfail", base_note))
+            note = f"the expected failure happened on {ranks(xfailed)}, not on {ranks(others)}"
+            report.sections.append(("xfail", note))
         return report
-    if strict:
-        longrepr = _failures(item, when, strict, got, run, per_rank)
-        return pytest.TestReport(outcome="failed", longrepr=longrepr, **base)
     skipped = [r for r, rep in sorted(got.items()) if rep.skipped]
-    if skipped and len(skipped) == len(got):
-        return pytest.TestReport(outcome="skipped", longrepr=got[skipped[0]].longrepr, **base)
-    for rank in skipped:
-        base["sections"].append((f"rank {rank} skipped", _skip_reason(got[rank])))
+    if skipped:
+        longrepr = got[skipped[0]].longrepr
+        if len(skipped) < len(got):
+            ran = [r for r in sorted(got) if r not in skipped]
+            reason = (
+                f"{_skip_reason(got[skipped[0]])} (skipped on {ranks(skipped)} of"
+                f" {story.world}; {ranks(ran)} ran it and passed: the test did not run whole)"
+            )
+            if isinstance(longrepr, tuple) and len(longrepr) == 3:
+                longrepr = (longrepr[0], longrepr[1], reason)
+            else:
+                longrepr = reason
+        return pytest.TestReport(outcome="skipped", longrepr=longrepr, **base)
     report = pytest.TestReport(outcome="passed", longrepr=None, **base)
     for rank_report in got.values():
         _keep_xfail(report, rank_report)
@@ -245,130 +270,173 @@ def _keep_xfail(report: pytest.TestReport, source: pytest.TestReport) -> None:
         report.wasxfail = source.wasxfail
 
 
+def _split(failed: list[int], got: dict[int, pytest.TestReport]) -> tuple[list[int], list[int]]:
+    """The ranks that caused a failure, and those whose collective broke because a peer
+    had gone (all of them causes, when every one failed so)."""
+    causes = [rank for rank in failed if not after_peer_left(got[rank])] or failed
+    return causes, [rank for rank in failed if rank not in causes]
+
+
 def _failures(
     item: pytest.Item,
     when: str,
     failed: list[int],
     got: dict[int, pytest.TestReport],
-    run: RankRun,
-    per_rank: list[dict[str, pytest.TestReport]],
-) -> ExceptionChainRepr:
-    world = len(run.ranks)
-    # a rank whose collective broke because another rank had failed is named after it
-    causes = [rank for rank in failed if not after_peer_left(got[rank])] or failed
-    followers = [rank for rank in failed if rank not in causes]
+    story: _Story,
+) -> pytest.TestReport:
+    """A phase every rank finished, failed on ``failed``: cause first."""
+    world = story.world
+    causes, followers = _split(failed, got)
     first = got[causes[0]].longrepr
     crash = getattr(first, "reprcrash", None)
-    said = getattr(crash, "message", "") or str(first).strip().splitlines()[-1]
-    message = f"{_ranks(causes)} of {world}: {said}"
+    message = f"{ranks(causes)} of {world}: {said(got[causes[0]])}"
     path, lineno = _where(item, crash)
-    headline = f"{_ranks(causes)} of {world} {_FAILED[when]}"
-    passed = [s.rank for s in run.ranks if s.rank not in failed]
+    headline = f"{ranks(causes)} of {world} {_FAILED[when]}"
+    passed = [s.rank for s in story.run.ranks if s.rank not in failed]
     never_joined = all(after_peer_left(got[rank]) for rank in failed) and passed
+    diverged = story.diverged()
     if never_joined:
         site = call_site(first)
         where = f" (called at {site})" if site else ""
         message = (
-            f"{_ranks(causes)} of {world} failed in a collective{where} that {_ranks(passed)}"
-            f" never joined ({said})"
+            f"{ranks(causes)} of {world} failed in a collective{where} that {ranks(passed)}"
+            f" never joined ({said(got[causes[0]])})"
         )
         headline += (
-            f" in a collective{where} that {_ranks(passed)} never joined ({_ranks(passed)}"
+            f" in a collective{where} that {ranks(passed)} never joined ({ranks(passed)}"
             " finished the test meanwhile): a collective called on some ranks only, or in"
             " another order on each, is the usual cause"
         )
+    else:
+        headline += f": {said(got[causes[0]])}"
+    if diverged is not None:
+        headline += f"; the ranks' collectives part at {diverged.sentence}"
+        message += f"; their collectives part at {diverged.sentence}"
     headline += _followed(followers, len(causes), "had stopped taking part")
-    if not never_joined:
-        headline += _others(failed, run, per_rank, when)
-    parts: list[tuple[str, Any]] = list(_other_parts(run, per_rank, exclude=set(failed)))
-    parts += _failed_parts(followers, got) + _failed_parts(causes, got)
-    return rank_failures(headline, ReprFileLocation(path, lineno, message), parts)
+    if passed and not never_joined:
+        headline += f"; {ranks(passed)} passed it"
+    parts = failed_parts(causes, got) + consequence_parts(followers, got)
+    parts += other_parts(story.run, story.per_rank, set(failed), story.waits)
+    parts += story.section(diverged is not None)
+    longrepr = rank_failures(headline, ReprFileLocation(path, lineno, message), parts)
+    base = _base(item, when, got, first=causes)
+    return pytest.TestReport(outcome="failed", longrepr=longrepr, **base)
 
 
 def _stopped(
-    item: pytest.Item,
-    when: str,
-    got: dict[int, pytest.TestReport],
-    run: RankRun,
-    per_rank: list[dict[str, pytest.TestReport]],
+    item: pytest.Item, when: str, got: dict[int, pytest.TestReport], story: _Story
 ) -> pytest.TestReport:
-    """The phase the run stopped in: a rank died, hung past the timeout, or was still
-    busy after another rank failed."""
-    base = _base(item, when, got)
+    """The phase the run stopped in: a rank died, hung past the timeout, was still busy
+    after another rank failed, or waited in a collective that could not complete."""
+    run, per_rank = story.run, story.per_rank
+    failed = sorted(rank for rank, report in got.items() if report.failed)
+    dead = {s.rank for s in run.ranks if s.returncode is not None}
+    if dead:  # the dead caused it; a collective that broke on its peers followed
+        followers = [rank for rank in failed if after_peer_left(got[rank])]
+        causes = [rank for rank in failed if rank not in followers]
+    else:
+        causes, followers = _split(failed, got) if failed else ([], [])
+    base = _base(item, when, got, first=causes)
     # the phase lasted until the ranks were stopped, however soon some ranks finished it
     earlier = sum(
         max((reports[w].duration for reports in per_rank if w in reports), default=0.0)
         for w in PHASES[: PHASES.index(when)]
     )
     base["duration"] = max(base["duration"], run.waited_s - earlier)
-    world = len(run.ranks)
-    dead = [s.rank for s in run.ranks if s.returncode is not None]
-    failed = sorted(rank for rank, report in got.items() if report.failed)
-    busy = [s.rank for s in run.ranks if not s.done and s.returncode is None]
-    if dead:
-        state = run.ranks[dead[0]]
-        headline = (
-            f"{_ranks(dead)} of {world}"
-            f" {describe_exit(state.returncode, len(dead) > 1, _log(state))}"
-            f" during {when} ({run.waited_s:.1f} s into the test)"
-        )
-        said = last_words(state.captured)
-        if said:
-            headline += f"; it said: {said}"
-        followers = [rank for rank in failed if after_peer_left(got[rank])]
-        headline += _followed(followers, len(dead), "had died")
-    elif run.ending == "alone" and busy:
-        state = run.ranks[busy[0]]
-        others = [s.rank for s in run.ranks if s.rank != state.rank]
-        headline = (
-            f"rank {state.rank} of {world} waited in {collective(state.stack)}, a collective"
-            f" that {_ranks(others)} never joined: {_ranks(others)} had finished the test"
-            f" {run.alone_s:.0f} s earlier and left the process group, so it could never"
-            " complete. A collective called on some ranks only (under an `if rank == ...`,"
-            " or after an early return) is the usual cause"
-        )
-    elif failed:
-        headline = (
-            f"{_ranks(failed)} of {world} {_FAILED[when]}; {_ranks(busy)}, still running"
-            f" {run.waited_s - run.failed_s:.0f} s later, {'was' if len(busy) == 1 else 'were'}"
-            " stopped (stacks below)"
-        )
-    else:
-        stuck = [_doing(run.ranks[r]) for r in busy]
-        headline = (
-            f"timed out after {run.waited_s:.0f} s: {_ranks(busy)} of {world} did not finish"
-            f" {when} ({'; '.join(stuck)}). A rank waiting in a collective that another rank"
-            f" never called is the usual cause; raise the timeout with the marker's timeout="
-            f" or --torch-distributed-timeout if the test is only slow"
-        )
-    first = got[failed[0]].longrepr if failed else None
-    crash = getattr(first, "reprcrash", None)
-    path, lineno = _where(item, crash)
-    parts: list[tuple[str, Any]] = list(_other_parts(run, per_rank, exclude=set(failed)))
-    parts += _failed_parts(failed, got)
+    headline = _headline(when, got, story, causes, followers)
+    first = got[causes[0]].longrepr if causes else None
+    path, lineno = _where(item, getattr(first, "reprcrash", None))
+    everyone = {s.rank for s in run.ranks}
+    parts = failed_parts(causes, got)
+    parts += other_parts(run, per_rank, everyone - dead, story.waits)
+    parts += consequence_parts(followers, got)
+    parts += other_parts(run, per_rank, set(failed) | dead, story.waits)
+    parts += story.section(True)
     longrepr = rank_failures(headline, ReprFileLocation(path, lineno, headline), parts)
     return pytest.TestReport(outcome="failed", longrepr=longrepr, **base)
 
 
-def _failed_parts(failed: list[int], got: dict[int, pytest.TestReport]) -> list[tuple[str, Any]]:
-    """Each failing rank's report; ranks that failed the same way (a collective check
-    raises the same error everywhere) share one."""
-    groups: dict[str, list[int]] = {}
-    for rank in failed:
-        text = _without_rank_details(str(got[rank].longrepr))
-        groups.setdefault(text, []).append(rank)
-    parts: list[tuple[str, Any]] = []
-    for ranks in groups.values():
-        title = _ranks(ranks) + (" (the same failure on each)" if len(ranks) > 1 else "")
-        parts.append((title, got[ranks[0]].longrepr))
-    return parts
+def _headline(
+    when: str,
+    got: dict[int, pytest.TestReport],
+    story: _Story,
+    causes: list[int],
+    followers: list[int],
+) -> str:
+    run, world = story.run, story.world
+    dead = [s.rank for s in run.ranks if s.returncode is not None]
+    busy = [s.rank for s in run.ranks if not s.done and s.returncode is None]
+    diverged = story.diverged()
+    advice = _ADVICE.get(_kind(diverged), _ADVICE["missing"])
+    if dead:
+        state = run.ranks[dead[0]]
+        headline = (
+            f"{ranks(dead)} of {world}"
+            f" {describe_exit(state.returncode, len(dead) > 1, log_of(state))}"
+            f" during {when} ({run.waited_s:.1f} s into the test)"
+        )
+        words = last_words(state.captured)
+        if words:
+            headline += f"; it said: {words}"
+        return headline + _followed(followers, len(dead), "had died")
+    if run.ending in ("stuck", "alone") and busy:
+        return _never_complete(story, busy, diverged, advice)
+    if causes:
+        state_of = {s.rank: s for s in run.ranks}
+        stopped = "; ".join(
+            doing(state_of[rank], story.waits.get(rank, "")).replace(f"rank {rank} ", "", 1)
+            for rank in busy
+        )
+        return (
+            f"{ranks(causes)} of {world} {_FAILED[when]}: {said(got[causes[0]])};"
+            f" {ranks(busy)}, still running {run.waited_s - run.failed_s:.0f} s later"
+            f" ({stopped}), {'was' if len(busy) == 1 else 'were'} stopped (stacks below)"
+            + _followed(followers, len(causes), "had stopped taking part")
+        )
+    stuck = [doing(run.ranks[r], story.waits.get(r, "")) for r in busy]
+    headline = (
+        f"timed out after {run.waited_s:.0f} s: {ranks(busy)} of {world} did not finish"
+        f" {when} ({'; '.join(stuck)})"
+    )
+    if diverged is not None:
+        return f"{headline}; the ranks' collectives part at {diverged.sentence}: {advice}"
+    return (
+        f"{headline}. A rank waiting in a collective that another rank never called is the"
+        " usual cause; raise the timeout with the marker's timeout= or"
+        " --torch-distributed-timeout if the test is only slow"
+    )
 
 
-def _without_rank_details(text: str) -> str:
-    """A failure's text with what differs between ranks that failed alike left out: the
-    values of the ``rank`` argument and object addresses."""
-    text = re.sub(r"\brank = \d+", "rank = N", text)
-    return re.sub(r" at 0x[0-9a-f]+", "", text)
+def _never_complete(
+    story: _Story, busy: list[int], diverged: Explanation | None, advice: str
+) -> str:
+    """A run ended because its ranks wait in collectives that cannot complete."""
+    run, world = story.run, story.world
+    if diverged is not None:
+        return (
+            f"{ranks(busy)} of {world} waited in a collective that could never complete"
+            f" ({run.waited_s:.0f} s into the test): {diverged.sentence}. {advice[0].upper()}"
+            f"{advice[1:]}"
+        )
+    others = [s.rank for s in run.ranks if s.rank not in busy]
+    state = run.ranks[busy[0]]
+    waits = story.waits.get(state.rank) or collective(state.stack) or "a collective"
+    if run.ending == "stuck" and len(busy) > 1:
+        return (
+            f"{ranks(busy)} of {world} waited in collectives that can never complete"
+            f" ({'; '.join(doing(run.ranks[r], story.waits.get(r, '')) for r in busy)})"
+        )
+    return (
+        f"rank {state.rank} of {world} waited in {waits}, a collective"
+        f" that {ranks(others)} never joined: {ranks(others)} had finished the test"
+        f" {max(run.alone_s, 0):.0f} s earlier and left the process group, so it could never"
+        " complete. A collective called on some ranks only (under an `if rank == ...`,"
+        " or after an early return) is the usual cause"
+    )
+
+
+def _kind(diverged: Explanation | None) -> str:
+    return "missing" if diverged is None else diverged.kind
 
 
 def _where(item: pytest.Item, crash: Any) -> tuple[str, int]:
@@ -382,86 +450,4 @@ def _followed(followers: list[int], causes: int, what: str) -> str:
     if not followers:
         return ""
     whose = "its" if causes == 1 else "their"
-    return f"; {_ranks(followers)} then failed in a collective, because {whose} peer {what}"
-
-
-def _log(state: RankState) -> str:
-    return "\n".join(state.log_tail)
-
-
-def _ranks(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
-
-
-def _others(
-    failed: list[int], run: RankRun, per_rank: list[dict[str, pytest.TestReport]], when: str
-) -> str:
-    passed = [s.rank for s in run.ranks if s.rank not in failed]
-    return f"; {_ranks(passed)} passed it" if passed else ""
-
-
-def _doing(state: RankState) -> str:
-    where = collective(state.stack)
-    phase = state.last_when or "set-up"
-    if where:
-        return f"rank {state.rank} waiting in {where}"
-    frame = innermost_user_frame(state.stack)
-    if frame is not None:
-        return f"rank {state.rank} busy at {frame.shown()}, in no collective"
-    return f"rank {state.rank} busy after {phase}"
-
-
-def _other_parts(
-    run: RankRun, per_rank: list[dict[str, pytest.TestReport]], exclude: set[int]
-) -> list[tuple[str, list[str]]]:
-    parts: list[tuple[str, list[str]]] = []
-    for state, reports in zip(run.ranks, per_rank, strict=True):
-        if state.rank in exclude:
-            continue
-        if state.returncode is not None:
-            lines = [f"rank {state.rank} {describe_exit(state.returncode, log=_log(state))}"]
-            lines += _phases(reports)
-            if state.captured:
-                lines += ["what it wrote during the test before it died (last lines):"]
-                lines += [f"  {line}" for line in state.captured]
-            if state.crash:
-                lines += state.crash
-            elif state.log_tail:
-                lines += ["its last output:"]
-                lines += [f"  {line}" for line in state.log_tail]
-            parts.append((f"rank {state.rank}: died", lines))
-        elif not state.done:
-            where = collective(state.stack)
-            lines = [f"rank {state.rank} was still running" + (f", in {where}" if where else "")]
-            lines += _phases(reports)
-            if state.stack:
-                lines += ["its Python stack when it was stopped (most recent call last):"]
-                lines += shown_stack(state.stack)
-            else:
-                lines += ["(it did not write its stack in time)"]
-            parts.append((f"rank {state.rank}: stopped", lines))
-        else:
-            outcome = "passed" if not any(r.failed for r in reports.values()) else "failed"
-            line = f"rank {state.rank} finished the test: {outcome}"
-            if outcome == "failed":
-                line = f"rank {state.rank} finished the test: {_outcomes(reports)}"
-            parts.append((f"rank {state.rank}: {outcome}", [line]))
-    return parts
-
-
-def _outcomes(reports: dict[str, pytest.TestReport]) -> str:
-    """ "setup passed, call failed (RuntimeError: ...)"."""
-    shown = []
-    for when, report in reports.items():
-        text = f"{when} {report.outcome}"
-        if report.failed:
-            crash = getattr(report.longrepr, "reprcrash", None)
-            said = getattr(crash, "message", "") or str(report.longrepr).strip().splitlines()[-1]
-            text += f" ({said.splitlines()[0][:200]})"
-        shown.append(text)
-    return ", ".join(shown)
-
-
-def _phases(reports: dict[str, pytest.TestReport]) -> list[str]:
-    done = [f"{when} {report.outcome}" for when, report in reports.items()]
-    return [f"finished: {', '.join(done)}"] if done else []
+    return f"; {ranks(followers)} then failed in a collective, because {whose} peer {what}"
