@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,9 +28,10 @@ from pytest_torch.distributed.markers import DISTRIBUTED
 from pytest_torch.distributed.options import TIMEOUT_OPTION, add_options
 from pytest_torch.distributed.world import (
     RankInfo,
+    SharedContext,
     launched_by_torchrun,
     rank_key,
-    run_without_terminal,
+    shared_key,
 )
 
 if TYPE_CHECKING:
@@ -46,8 +48,6 @@ TORCHRUN = "torch_distributed_torchrun"
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     require_core(pluginmanager, "torch_distributed")
-    if launched_by_torchrun() and os.environ.get("RANK") != "0":
-        run_without_terminal(pluginmanager)  # rank 0 reports for the world
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -76,14 +76,9 @@ def pytest_configure(config: pytest.Config) -> None:
     timeout = TIMEOUT_OPTION.read(config)  # a bad value is a usage error at start-up
     role = _role(config)
     if role == "torchrun":
-        from pytest_torch.distributed.torchrun import TorchrunWorld, world_from_environment
+        from pytest_torch.distributed.torchrun import TorchrunWorld
 
-        info = config.stash[rank_key] = world_from_environment()
-        if info.rank != 0:  # rank 0 writes the run's reports
-            for name in ("xmlpath", "htmlpath"):
-                if hasattr(config.option, name):
-                    setattr(config.option, name, None)
-        config.pluginmanager.register(TorchrunWorld(config, info, timeout), TORCHRUN)
+        config.pluginmanager.register(TorchrunWorld(config, timeout), TORCHRUN)
     elif role == "controller":
         from pytest_torch.distributed.controller import Tally
 
@@ -192,3 +187,33 @@ def rank(request: pytest.FixtureRequest) -> int:
 def world_size(request: pytest.FixtureRequest) -> int:
     """How many ranks run this test (a ``torch_distributed`` test)."""
     return _info(request, "world_size").world_size
+
+
+def _shared(request: pytest.FixtureRequest, name: str) -> SharedContext:
+    _info(request, name)
+    shared = request.config.stash.get(shared_key, None)
+    if shared is None:  # a rank between tests: cannot happen in a test's fixtures
+        raise pytest.fail.Exception(f"the {name} fixture has no test to serve", pytrace=False)
+    return shared
+
+
+@pytest.fixture
+def shared_tmp_path(request: pytest.FixtureRequest) -> Path:
+    """One folder for every rank of a ``torch_distributed`` test, the same path on each
+    and fresh for each test: rank 0 saves a checkpoint there, every rank loads it."""
+    shared = _shared(request, "shared_tmp_path")
+    if shared.shared_dir is None or not shared.shared_dir.is_dir():
+        raise pytest.fail.Exception(
+            f"shared_tmp_path: this rank cannot see the folder rank 0 made"
+            f" ({shared.shared_dir}): the ranks run on machines without a shared file"
+            " system. Give pytest --basetemp on one that every machine mounts.",
+            pytrace=False,
+        )
+    return shared.shared_dir
+
+
+@pytest.fixture
+def shared_store(request: pytest.FixtureRequest) -> Any:
+    """A ``torch.distributed`` store every rank of a ``torch_distributed`` test shares
+    (``set``, ``get``, ``add``, ``wait``, ``compare_set``), holding this test's keys only."""
+    return _shared(request, "shared_store").store

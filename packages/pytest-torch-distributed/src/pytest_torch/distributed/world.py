@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,20 @@ class RankInfo:
 
 #: set in a rank's pytest session (a pool's rank, or a process started by torchrun)
 rank_key = pytest.StashKey[RankInfo]()
+
+
+@dataclass(frozen=True)
+class SharedContext:
+    """What every rank of the running test shares."""
+
+    #: a ``torch.distributed`` store with this test's keys only
+    store: Any
+    #: one folder for every rank of the test (None: none could be made)
+    shared_dir: Path | None
+
+
+#: set in a rank's session while it runs a test
+shared_key = pytest.StashKey[SharedContext]()
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
