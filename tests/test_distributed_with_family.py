@@ -51,7 +51,7 @@ def test_memory_leak_determinism_and_ci_checks_act_in_each_rank(
         [
             "torch: --torch-leak-check checked all 3 test bodies that ran",
             "torch: --torch-deterministic applied to 1 of 3 tests (those using torch_seed)",
-            "FAILED test_f.py::test_rank_one_allocates_more - rank 1 of 2: Failed: peak memory*",
+            "FAILED test_f.py::test_rank_one_allocates_more - rank 1 of 2 failed: Failed: peak memory*",
         ]
     )
     xml = (pytester.path / "report.xml").read_text()

@@ -94,11 +94,11 @@ def test_a_failure_names_its_rank_and_what_the_others_did(run, pytester) -> None
             "E * AssertionError: rank 1 saw 0.0",
             "*- rank 0: passed -*",
             "rank 0 finished the test: passed",
-            "FAILED test_x.py::test_rank_one_disagrees - rank 1 of 2: AssertionError: rank*",
+            "FAILED test_x.py::test_rank_one_disagrees - rank 1 of 2 failed: Assertion*",
         ]
     )
     xml = (pytester.path / "report.xml").read_text()
-    assert 'message="rank 1 of 2: AssertionError: rank 1 saw 0.0' in xml
+    assert 'message="rank 1 of 2 failed: AssertionError: rank 1 saw 0.0' in xml
 
 
 def test_a_pool_a_test_disturbed_is_replaced_and_ranks_start_where_pytest_did(

@@ -7,7 +7,7 @@ test's code that led to it. Ranks call a group's collectives in the same order, 
 n-th call of one rank meets the n-th call of every other member. Where they disagree
 (another op, other shapes, one rank with fewer calls), the test went wrong there:
 :func:`first_divergence` names the place, :func:`deadlock` tells whether ranks that
-all wait can never be released, and :mod:`.divergence_report` says it in words.
+all wait can never be released, and :mod:`.divergence` says it in words.
 Nothing here imports torch.
 """
 

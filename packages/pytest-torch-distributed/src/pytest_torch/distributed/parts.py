@@ -78,6 +78,13 @@ def said(report: pytest.TestReport) -> str:
     return line[1:].strip() if line.startswith("E ") else line
 
 
+def brief(report: pytest.TestReport) -> str:
+    """What a rank said, without the native source location and the boilerplate advice
+    of gloo's and NCCL's errors."""
+    text = re.sub(r"\[[^\] ]+\.(?:cc|cpp|h|hpp):\d+\] ", "", said(report))
+    return text.split(". This is typically")[0]
+
+
 def failed_parts(failed: list[int], got: dict[int, pytest.TestReport]) -> list[Part]:
     """Each failing rank's report; ranks that failed the same way (a collective check
     raises the same error everywhere) share one."""
@@ -205,3 +212,25 @@ def _outcomes(reports: dict[str, pytest.TestReport]) -> str:
 def _phases(reports: dict[str, pytest.TestReport]) -> list[str]:
     done = [f"{when} {report.outcome}" for when, report in reports.items()]
     return [f"finished: {', '.join(done)}"] if done else []
+
+
+def plain_report(
+    item: pytest.Item, per_rank: list[dict[str, pytest.TestReport]], ending: str, error: str
+) -> pytest.TestReport:
+    """Each rank's own outcome, for when the merged report could not be made: the user's
+    result is never lost to a fault of the merging."""
+    lines = [
+        f"pytest-torch-distributed could not merge the ranks' reports ({error});"
+        " each rank's own result follows. Please report this with the output."
+    ]
+    failed = ending != "done"
+    for rank, reports in enumerate(per_rank):
+        for when, report in reports.items():
+            failed = failed or report.failed
+            said_ = f": {said(report)}" if report.failed else ""
+            lines.append(f"rank {rank}: {when} {report.outcome}{said_}")
+        if not reports:
+            lines.append(f"rank {rank}: no result ({ending})")
+    return phase_report(
+        item, "call", "failed" if failed else "passed", "\n".join(lines) if failed else None
+    )

@@ -23,11 +23,13 @@ from pytest_torch.distributed.causes import after_peer_left, call_site, last_wor
 from pytest_torch.distributed.collectives import Group
 from pytest_torch.distributed.divergence import Explanation, explain
 from pytest_torch.distributed.parts import (
+    brief,
     consequence_parts,
     doing,
     failed_parts,
     log_of,
     other_parts,
+    plain_report,
     rank_failures,
     ranks,
     said,
@@ -58,16 +60,21 @@ _STANDARD = frozenset(
 )
 #: how a phase that failed is called in the summary
 _FAILED = {"setup": "failed in setup", "call": "failed", "teardown": "failed in teardown"}
-#: what to look for, by how the ranks' calls differ
-_ADVICE = {
-    "op": "the ranks called different collectives at the same point: one called on some"
-    " ranks only, or in another order on each, is the usual cause",
-    "shape": "the ranks passed tensors of different shapes to the same collective: a"
-    " batch or shard sized differently on each rank is the usual cause",
+#: how the ranks' calls differ, and what usually makes them so
+_MISMATCH = {
+    "op": "the ranks called different collectives at the same point",
+    "shape": "the ranks passed tensors of different shapes to the same collective",
     "dtype": "the ranks passed tensors of different dtypes to the same collective",
+}
+_USUAL = {
+    "op": "one called on some ranks only, or in another order on each, is the usual cause",
+    "shape": "a batch or shard sized differently on each rank is the usual cause",
+    "dtype": "a tensor made or cast differently on some ranks is the usual cause",
     "missing": "a collective called on some ranks only (under an `if rank == ...`, or"
     " after an early return or an exception) is the usual cause",
 }
+_ADVICE = {kind: f"{_MISMATCH[kind]}: {_USUAL[kind]}" for kind in _MISMATCH}
+_ADVICE["missing"] = _USUAL["missing"]
 
 
 def _reports(config: pytest.Config, state: RankState) -> dict[str, pytest.TestReport]:
@@ -115,6 +122,18 @@ class _Story:
                 found[rank] = f"{call.what()} (#{call.seq} on {group}){where}"
         return found
 
+    def last_calls(self, exclude: set[int]) -> str:
+        """ "; rank 1's last collective was #1 on the default group, all_reduce ..."."""
+        found = []
+        for rank, record in sorted(self.run.records.items()):
+            if rank not in exclude and not record.missing and record.calls:
+                call = record.calls[-1]
+                group = record.groups.get(call.group, Group(call.group)).shown()
+                found.append(
+                    f"rank {rank}'s last collective was #{call.seq} on {group}, {call.describe()}"
+                )
+        return "".join(f"; {text}" for text in found)
+
     def section(self, shown: bool) -> list[tuple[str, Any]]:
         explanation = self.explanation
         if explanation is None or not explanation.lines or not shown:
@@ -127,6 +146,18 @@ class _Story:
 
 
 def merged_reports(
+    config: pytest.Config, item: pytest.Item, run: RankRun
+) -> list[pytest.TestReport]:
+    """The reports pytest logs for ``run`` (each rank's own outcome, should the merging
+    fail)."""
+    try:
+        return _merged_reports(config, item, run)
+    except Exception as exc:
+        per_rank = [_reports(config, state) for state in run.ranks]
+        return [plain_report(item, per_rank, run.ending, f"{type(exc).__name__}: {exc}")]
+
+
+def _merged_reports(
     config: pytest.Config, item: pytest.Item, run: RankRun
 ) -> list[pytest.TestReport]:
     """The reports pytest logs for ``run``: the phases every rank finished, merged, then
@@ -289,13 +320,26 @@ def _failures(
     causes, followers = _split(failed, got)
     first = got[causes[0]].longrepr
     crash = getattr(first, "reprcrash", None)
-    message = f"{ranks(causes)} of {world}: {said(got[causes[0]])}"
+    message = f"{ranks(causes)} of {world} {_FAILED[when]}: {said(got[causes[0]])}"
     path, lineno = _where(item, crash)
     headline = f"{ranks(causes)} of {world} {_FAILED[when]}"
     passed = [s.rank for s in story.run.ranks if s.rank not in failed]
     never_joined = all(after_peer_left(got[rank]) for rank in failed) and passed
     diverged = story.diverged()
-    if never_joined:
+    shown = followers
+    if never_joined and diverged is not None and diverged.kind != "missing":
+        # the ranks met in a call that did not match: one went on with what it received,
+        # the other's collective broke when it left
+        message = f"{ranks(causes)} of {world} failed: {_MISMATCH[diverged.kind]},"
+        message += f" {diverged.sentence}"
+        headline = (
+            f"{message}; {ranks(causes)} then failed in it when {ranks(passed)} left it"
+            f" ({brief(got[causes[0]])}); {ranks(passed)} passed, but what"
+            f" {'it' if len(passed) == 1 else 'they'} received from that collective is not"
+            f" to be trusted. {_USUAL[diverged.kind].capitalize()}"
+        )
+        causes, followers, shown = [], causes, []
+    elif never_joined:
         site = call_site(first)
         where = f" (called at {site})" if site else ""
         message = (
@@ -309,13 +353,15 @@ def _failures(
         )
     else:
         headline += f": {said(got[causes[0]])}"
-    if diverged is not None:
+    if diverged is not None and causes:
         headline += f"; the ranks' collectives part at {diverged.sentence}"
         message += f"; their collectives part at {diverged.sentence}"
-    headline += _followed(followers, len(causes), "had stopped taking part")
+    headline += _followed(shown, len(causes), "had stopped taking part")
     if passed and not never_joined:
         headline += f"; {ranks(passed)} passed it"
-    parts = failed_parts(causes, got) + consequence_parts(followers, got)
+    # a collective broken by a peer that left shows where it was called, not torch's source
+    parts = [] if never_joined else failed_parts(causes, got)
+    parts += consequence_parts(failed if never_joined else followers, got)
     parts += other_parts(story.run, story.per_rank, set(failed), story.waits)
     parts += story.section(diverged is not None)
     longrepr = rank_failures(headline, ReprFileLocation(path, lineno, message), parts)
@@ -378,6 +424,7 @@ def _headline(
         words = last_words(state.captured)
         if words:
             headline += f"; it said: {words}"
+        headline += story.last_calls(set(dead))
         return headline + _followed(followers, len(dead), "had died")
     if run.ending in ("stuck", "alone") and busy:
         return _never_complete(story, busy, diverged, advice)
