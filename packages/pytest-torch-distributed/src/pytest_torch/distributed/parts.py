@@ -16,6 +16,7 @@ from typing import Any, Literal
 import pytest
 from _pytest._code.code import ExceptionChainRepr, ReprFileLocation, ReprTraceback
 
+from pytest_torch.core.properties import number
 from pytest_torch.distributed.pool import RankRun, RankState
 from pytest_torch.distributed.processes import describe_exit
 from pytest_torch.distributed.stacks import collective, innermost_user_frame, shown_stack
@@ -234,3 +235,46 @@ def plain_report(
     return phase_report(
         item, "call", "failed" if failed else "passed", "\n".join(lines) if failed else None
     )
+
+
+#: the figure a measured peak is recorded under (``torch_memory.<device>.peak_mib``)
+PEAK_SUFFIX = "peak_mib"
+
+
+def properties(got: dict[int, pytest.TestReport]) -> list[tuple[str, object]]:
+    """One rank's properties under their own names (figures of different ranks cannot
+    be mixed): the rank with the largest measured peak, named in
+    ``torch_distributed.peak_rank``; else the first failing rank; else the lowest. What
+    another rank recorded differently follows, as ``name (rank 1)``."""
+    chosen, found = _chosen_properties(got)
+    for rank, report in sorted(got.items()):
+        if rank != chosen:
+            found += [
+                (f"{name} (rank {rank})", value)
+                for name, value in report.user_properties
+                if (name, value) not in got[chosen].user_properties
+            ]
+    return found
+
+
+def _chosen_properties(got: dict[int, pytest.TestReport]) -> tuple[int, list[tuple[str, object]]]:
+    if not got:
+        return -1, []
+    peaks = {
+        rank: max(
+            (
+                number(value) or 0.0
+                for name, value in report.user_properties
+                if name.endswith(PEAK_SUFFIX)
+            ),
+            default=None,
+        )
+        for rank, report in got.items()
+    }
+    measured = {rank: peak for rank, peak in peaks.items() if peak is not None}
+    if measured:
+        chosen = max(sorted(measured), key=lambda rank: measured[rank])
+        return chosen, [*got[chosen].user_properties, ("torch_distributed.peak_rank", chosen)]
+    failed = [rank for rank, report in sorted(got.items()) if report.failed]
+    chosen = failed[0] if failed else min(got)
+    return chosen, list(got[chosen].user_properties)

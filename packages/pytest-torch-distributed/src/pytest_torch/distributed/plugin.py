@@ -25,7 +25,7 @@ import pytest
 from pytest_torch.core.loading import require_core
 from pytest_torch.core.markers import definition_of
 from pytest_torch.distributed.markers import DISTRIBUTED
-from pytest_torch.distributed.options import TIMEOUT_OPTION, add_options
+from pytest_torch.distributed.options import RESTORE_ENV_OPTION, TIMEOUT_OPTION, add_options
 from pytest_torch.distributed.world import (
     RankInfo,
     SharedContext,
@@ -74,6 +74,7 @@ def _role(config: pytest.Config) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     DISTRIBUTED.register(config)
     timeout = TIMEOUT_OPTION.read(config)  # a bad value is a usage error at start-up
+    RESTORE_ENV_OPTION.read(config)
     role = _role(config)
     if role == "torchrun":
         from pytest_torch.distributed.torchrun import TorchrunWorld

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from _pytest._code.code import ReprFileLocation
 
-from pytest_torch.core.properties import number
 from pytest_torch.distributed.causes import after_peer_left, call_site, last_words
 from pytest_torch.distributed.collectives import Group
 from pytest_torch.distributed.divergence import Explanation, explain
@@ -30,6 +29,7 @@ from pytest_torch.distributed.parts import (
     log_of,
     other_parts,
     plain_report,
+    properties,
     rank_failures,
     ranks,
     said,
@@ -211,37 +211,8 @@ def _base(
         "duration": max((r.duration for r in got.values()), default=0.0),
         "start": min((r.start for r in got.values()), default=0.0),
         "stop": max((r.stop for r in got.values()), default=0.0),
-        "user_properties": _properties(got),
+        "user_properties": properties(got),
     }
-
-
-#: the figure a measured peak is recorded under (``torch_memory.<device>.peak_mib``)
-PEAK_SUFFIX = "peak_mib"
-
-
-def _properties(got: dict[int, pytest.TestReport]) -> list[tuple[str, object]]:
-    """One rank's properties (figures of different ranks cannot be mixed): the rank with
-    the largest measured peak, named in ``torch_distributed.peak_rank``; else the first
-    failing rank; else the lowest."""
-    if not got:
-        return []
-    peaks = {
-        rank: max(
-            (
-                number(value) or 0.0
-                for name, value in report.user_properties
-                if name.endswith(PEAK_SUFFIX)
-            ),
-            default=None,
-        )
-        for rank, report in got.items()
-    }
-    measured = {rank: peak for rank, peak in peaks.items() if peak is not None}
-    if measured:
-        chosen = max(sorted(measured), key=lambda rank: measured[rank])
-        return [*got[chosen].user_properties, ("torch_distributed.peak_rank", chosen)]
-    failed = [rank for rank, report in sorted(got.items()) if report.failed]
-    return list(got[failed[0] if failed else min(got)].user_properties)
 
 
 def _merge(
