@@ -95,6 +95,21 @@ def test_a_skipped_collective_is_told_by_count_and_by_the_lines_that_differ() ->
     )
 
 
+def test_a_call_one_rank_skipped_is_named_with_the_call_that_met_it() -> None:
+    # rank 1 skipped line 22: its #2 (line 23) is rank 0's #3
+    rank0 = _record(0, _call(1), _call(2, shape=(1,)), _call(3, site="test_x.py:23", pending=True))
+    rank1 = _record(1, _call(1), _call(2, site="test_x.py:23", pending=True))
+    explanation = explain({0: rank0, 1: rank1}, {}, {0, 1})
+    assert explanation is not None and explanation.kind == "skipped"
+    assert explanation.sentence.endswith(
+        "; rank 1 skipped rank 0's #2 at test_x.py:22: its #2 is rank 0's #3"
+    )
+    assert explanation.lines[-2:] == [
+        "      #3  rank 0      all_reduce float32[4]  at test_x.py:23  (waiting)",
+        "          rank 1      (no #3: it had called only 2 collectives on this group)",
+    ]
+
+
 def test_ranks_all_waiting_in_calls_that_cannot_match_are_a_deadlock() -> None:
     waiting = {
         0: _record(0, _call(1, pending=True)),

@@ -84,6 +84,24 @@ def test_an_unmarked_suite_runs_on_every_rank_as_without_the_plugin(pytester) ->
         for out in (rank0, rank1):
             assert "2 passed" in out, text
             assert "torch_distributed test(s) ran here" not in out, text
+    # a marked test that runs first, before the suite's session fixture opened its
+    # group: the fixture's init_process_group takes over from the plugin's group
+    pytester.makepyfile(
+        test_a_marked="""
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.mark.torch_distributed(world_size=2)
+        def test_marked(rank):
+            t = torch.ones(1)
+            dist.all_reduce(t)
+            assert t.item() == 2
+        """
+    )
+    rank0, rank1, code, text = _torchrun(pytester, "-p", "torch_distributed")
+    assert code == "0", text
+    assert "3 passed" in rank0 and "2 passed" in rank1, text
 
 
 MARKED_AFTER_OWN = """
@@ -106,6 +124,15 @@ def test_2_marked_uses_the_open_group(rank):
     t = torch.ones(1) * rank
     dist.all_reduce(t)
     assert t.item() == 1
+
+
+@pytest.mark.torch_distributed(world_size=2)
+def test_3_shares_a_folder_and_a_store(rank, shared_tmp_path, shared_store):
+    if rank == 0:
+        (shared_tmp_path / "from-rank-0").write_text("hi")
+        shared_store.set("written", "1")
+    shared_store.wait(["written"])
+    assert (shared_tmp_path / "from-rank-0").read_text() == "hi"
 """
 
 
@@ -114,8 +141,8 @@ def test_a_marked_test_after_a_group_the_suite_opened_reuses_it(pytester) -> Non
     rank0, rank1, code, text = _torchrun(pytester, "-p", "torch_distributed")
     assert code == "0", text
     assert "INTERNALERROR" not in text
-    assert "2 passed, 1 warning" in rank0, text
+    assert "3 passed, 1 warning" in rank0, text
     assert "from every rank (ranks 0, 1 of 2)" in rank0, text
     # rank 1 reports the unmarked test it ran; rank 0 reports the marked one for both
     assert "PASSED test_m.py::test_1_opens_its_own_group" in rank1, text
-    assert "1 torch_distributed test(s) ran here as rank 1 of 2; rank 0 reports them" in rank1
+    assert "2 torch_distributed test(s) ran here as rank 1 of 2; rank 0 reports them" in rank1

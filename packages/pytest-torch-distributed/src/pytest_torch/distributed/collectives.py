@@ -125,7 +125,8 @@ class Divergence:
 
     group: Group
     seq: int
-    #: "op", "shape", "dtype" or "missing" (some members never made this call)
+    #: "op", "shape", "dtype", "missing" (some members never made this call) or
+    #: "skipped" (some members skipped this call and made the next one instead)
     kind: str
     #: each member's call of that number (None: it had not made it)
     calls: dict[int, Call | None]
@@ -136,6 +137,9 @@ class Divergence:
     lines_differ_from: int | None = None
     #: that call, by rank
     earlier: dict[int, Call] = field(default_factory=dict)
+    #: for "skipped": rank -> the rank whose call of this number it never made (its own
+    #: call of this number is that rank's next one)
+    skipped: dict[int, int] = field(default_factory=dict)
 
 
 def _groups(records: dict[int, Record]) -> dict[str, Group]:
@@ -202,12 +206,36 @@ def _in_group(group: Group, records: dict[int, Record]) -> Divergence | None:
         kind = "missing" if len(present) < len(calls) else _differs(present)
         if kind is not None:
             counts = {rank: sum(1 for s in seqs if s >= start) for rank, seqs in sequences.items()}
-            return Divergence(group, seq, kind, calls, counts, lines_from, earlier)
+            skipped = _skipped(calls, {rank: seqs.get(seq + 1) for rank, seqs in sequences.items()})
+            if skipped:
+                kind = "skipped"
+            return Divergence(group, seq, kind, calls, counts, lines_from, earlier, skipped)
         sites = {call.site for call in present}
         if lines_from is None and len(sites) > 1 and "" not in sites:
             lines_from = seq
             earlier = {rank: call for rank, call in calls.items() if call is not None}
     return None
+
+
+def _alike(one: Call | None, other: Call | None) -> bool:
+    return (
+        one is not None
+        and other is not None
+        and (one.op, one.shapes, one.dtypes, one.site)
+        == (other.op, other.shapes, other.dtypes, other.site)
+    )
+
+
+def _skipped(calls: dict[int, Call | None], following: dict[int, Call | None]) -> dict[int, int]:
+    """Rank -> the rank whose call it never made: its call of this number is the same
+    call (op, tensors, line) as that rank's next one, and differs from that rank's own."""
+    found = {}
+    for rank, call in calls.items():
+        for other, theirs in following.items():
+            if other != rank and _alike(call, theirs) and not _alike(call, calls[other]):
+                found[rank] = other
+                break
+    return found
 
 
 def deadlock(

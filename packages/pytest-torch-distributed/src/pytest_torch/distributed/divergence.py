@@ -32,8 +32,11 @@ class Explanation:
     lines: list[str] = field(default_factory=list)
     #: the ranks' calls differ (another op, other shapes or dtypes, fewer calls)
     diverged: bool = False
-    #: how they differ: "op", "shape", "dtype" or "missing" (a rank had fewer calls)
+    #: how they differ: "op", "shape", "dtype", "missing" (a rank had fewer calls) or
+    #: "skipped" (a rank skipped a call the others made)
     kind: str = ""
+    #: ranks that had not made the call that differs (they may wait in another)
+    absent: tuple[int, ...] = ()
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -77,6 +80,13 @@ def sentence(divergence: Divergence, ended: dict[int, str], running: set[int]) -
                 + (f" when it {when}" if when else "")
             )
     text = f"{where}: {'; '.join(parts)}"
+    for rank, other in sorted(divergence.skipped.items()):
+        theirs = divergence.calls[other]
+        site = f" at {theirs.site}" if theirs is not None and theirs.site else ""
+        text += (
+            f"; rank {rank} skipped rank {other}'s #{divergence.seq}{site}: its"
+            f" #{divergence.seq} is rank {other}'s #{divergence.seq + 1}"
+        )
     if divergence.lines_differ_from is not None:
         earlier = "; ".join(
             f"{_ranks(ranks)} at {call.site}"
@@ -102,10 +112,12 @@ def section(divergence: Divergence, records: dict[int, Record], running: set[int
     lines = [f"{group.shown()}, each rank's calls in order (the first difference marked >):"]
     if start > 1:
         lines.append(
-            f"    ... {start - 1} earlier call{'s' if start > 2 else ''} agree or are not kept"
+            f"    ... {start - 1} earlier call"
+            + ("s agree or are not kept" if start > 2 else " agrees or is not kept")
         )
     width = max(len(_ranks(members)), 7)
-    for seq in range(start, divergence.seq + 1):
+    last = divergence.seq + (1 if divergence.skipped else 0)  # show the call that matched
+    for seq in range(start, last + 1):
         calls = {rank: sequences[rank].get(seq) for rank in members}
         mark = ">" if seq == divergence.seq else " "
         number = f"#{seq}"
@@ -151,6 +163,7 @@ def explain(
             section(divergence, usable, running),
             diverged=True,
             kind=divergence.kind,
+            absent=tuple(rank for rank, call in sorted(divergence.calls.items()) if call is None),
         )
     waits = waiting_in(usable, running)
     if not waits:

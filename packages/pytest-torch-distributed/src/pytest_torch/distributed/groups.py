@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,11 +31,14 @@ def group_for_test(
     timeout: float,
     device: str,
     named: bool = True,
+    keep_theirs: bool = False,
 ) -> Iterator[None]:
     """The default process group for one test: ``device`` made current, the group
     opened under ``prefix`` on ``store`` (so no two tests' keys meet), closed after.
     ``named``: the test asked for ``backend`` by name (else it is the device's default,
-    and a group already open with another backend serves too)."""
+    and a group already open with another backend serves too). ``keep_theirs``: a
+    default group the suite's own code opened during the test is left open after it
+    (under torchrun, where the suite's session fixtures own it)."""
     dist = c10d()
 
     if device != "cpu":
@@ -50,11 +54,41 @@ def group_for_test(
         world_size=world_size,
         timeout=datetime.timedelta(seconds=timeout),
     )
+    ours = dist.group.WORLD
+    try:
+        with _yielding_to_their_own(dist, ours):
+            yield
+    finally:
+        if dist.is_initialized() and (dist.group.WORLD is ours or not keep_theirs):
+            dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _yielding_to_their_own(dist: Any, ours: Any) -> Iterator[None]:
+    """While the test runs, an ``init_process_group`` of the suite's own (a session
+    fixture written for torchrun, a library's launcher) closes the group opened here
+    first instead of failing with "trying to initialize the default process group
+    twice"; torch's function is restored after."""
+    import torch.distributed.distributed_c10d as c10d_module
+
+    original = c10d_module.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        if dist.is_initialized() and dist.group.WORLD is ours:
+            dist.destroy_process_group()
+        return original(*args, **kwargs)
+
+    modules: tuple[Any, ...] = (dist, c10d_module)
+    patched = [m for m in modules if m.init_process_group is original]
+    for module in patched:
+        module.init_process_group = init_process_group
     try:
         yield
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        for module in patched:
+            if module.init_process_group is init_process_group:
+                module.init_process_group = original
 
 
 def _check_open_group(dist: Any, backend: str | None, world_size: int) -> None:

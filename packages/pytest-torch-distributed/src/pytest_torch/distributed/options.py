@@ -21,8 +21,9 @@ TIMEOUT_OPTION = Option(
     metavar="SECONDS",
 )
 
-#: variables libraries set on purpose in every test (Lightning's seed_everything)
-KNOWN_ENV = "PL_GLOBAL_SEED,PL_SEED_WORKERS"
+#: variables libraries set on purpose in every test (Lightning's seed_everything, and
+#: Fabric's accelerator check)
+KNOWN_ENV = "PL_GLOBAL_SEED,PL_SEED_WORKERS,PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 def _patterns(value: object, source: str) -> tuple[str, ...]:

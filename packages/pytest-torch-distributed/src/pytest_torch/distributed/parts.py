@@ -100,7 +100,9 @@ def failed_parts(failed: list[int], got: dict[int, pytest.TestReport]) -> list[P
     return parts
 
 
-def consequence_parts(followers: list[int], got: dict[int, pytest.TestReport]) -> list[Part]:
+def consequence_parts(
+    followers: list[int], got: dict[int, pytest.TestReport], title: str = " (a consequence)"
+) -> list[Part]:
     """Ranks whose collective broke because a peer had gone: what broke and where the
     test called it, without torch's own frames."""
     parts: list[Part] = []
@@ -108,7 +110,7 @@ def consequence_parts(followers: list[int], got: dict[int, pytest.TestReport]) -
         report = got[rank]
         lines = [f"rank {rank}'s collective broke because a peer had gone: {said(report)[:300]}"]
         lines += [f"  at {site}" for site in _user_lines(report.longrepr)[-3:]]
-        parts.append((f"rank {rank} (a consequence)", lines))
+        parts.append((f"rank {rank}{title}", lines))
     return parts
 
 

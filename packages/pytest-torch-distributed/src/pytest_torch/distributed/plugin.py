@@ -203,7 +203,14 @@ def shared_tmp_path(request: pytest.FixtureRequest) -> Path:
     """One folder for every rank of a ``torch_distributed`` test, the same path on each
     and fresh for each test: rank 0 saves a checkpoint there, every rank loads it."""
     shared = _shared(request, "shared_tmp_path")
-    if shared.shared_dir is None or not shared.shared_dir.is_dir():
+    if shared.shared_dir is None:  # the folder is made for tests that name the fixture
+        raise pytest.fail.Exception(
+            "shared_tmp_path: name it among the test's arguments (or a fixture's) rather"
+            " than asking for it with request.getfixturevalue: the ranks agree on the"
+            " folder before the test starts",
+            pytrace=False,
+        )
+    if not shared.shared_dir.is_dir():
         raise pytest.fail.Exception(
             f"shared_tmp_path: this rank cannot see the folder rank 0 made"
             f" ({shared.shared_dir}): the ranks run on machines without a shared file"

@@ -65,6 +65,7 @@ _MISMATCH = {
     "op": "the ranks called different collectives at the same point",
     "shape": "the ranks passed tensors of different shapes to the same collective",
     "dtype": "the ranks passed tensors of different dtypes to the same collective",
+    "skipped": "a rank skipped a collective the others called",
 }
 _USUAL = {
     "op": "one called on some ranks only, or in another order on each, is the usual cause",
@@ -73,6 +74,7 @@ _USUAL = {
     "missing": "a collective called on some ranks only (under an `if rank == ...`, or"
     " after an early return or an exception) is the usual cause",
 }
+_USUAL["skipped"] = _USUAL["missing"]
 _ADVICE = {kind: f"{_MISMATCH[kind]}: {_USUAL[kind]}" for kind in _MISMATCH}
 _ADVICE["missing"] = _USUAL["missing"]
 
@@ -332,7 +334,10 @@ def _failures(
         headline += f"; {ranks(passed)} passed it"
     # a collective broken by a peer that left shows where it was called, not torch's source
     parts = [] if never_joined else failed_parts(causes, got)
-    parts += consequence_parts(failed if never_joined else followers, got)
+    if never_joined:  # the only failure: its collective broke when the others left
+        parts += consequence_parts(failed, got, "" if len(failed) == 1 else " (a consequence)")
+    else:
+        parts += consequence_parts(followers, got)
     parts += other_parts(story.run, story.per_rank, set(failed), story.waits)
     parts += story.section(diverged is not None)
     longrepr = rank_failures(headline, ReprFileLocation(path, lineno, message), parts)
@@ -431,10 +436,15 @@ def _never_complete(
     """A run ended because its ranks wait in collectives that cannot complete."""
     run, world = story.run, story.world
     if diverged is not None:
+        elsewhere = "".join(
+            f"; rank {rank} meanwhile waits in {story.waits[rank]}"
+            for rank in diverged.absent
+            if rank in busy and rank in story.waits
+        )
         return (
             f"{ranks(busy)} of {world} waited in a collective that could never complete"
-            f" ({run.waited_s:.0f} s into the test): {diverged.sentence}. {advice[0].upper()}"
-            f"{advice[1:]}"
+            f" ({run.waited_s:.0f} s into the test): {diverged.sentence}{elsewhere}."
+            f" {advice[0].upper()}{advice[1:]}"
         )
     others = [s.rank for s in run.ranks if s.rank not in busy]
     state = run.ranks[busy[0]]

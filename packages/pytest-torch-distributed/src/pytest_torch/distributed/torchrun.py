@@ -27,6 +27,7 @@ import json
 import os
 import pickle
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,7 +208,9 @@ class TorchrunWorld:
 
         info = self.info
         caught = _Warnings()
-        shared = SharedContext(c10d().PrefixStore(f"test{self.seq}/shared/", self.store), None)
+        shared = SharedContext(
+            c10d().PrefixStore(f"test{self.seq}/shared/", self.store), self._shared_dir(item)
+        )
         self.config.stash[shared_key] = shared
         faulthandler.dump_traceback_later(timeout + GRACE_S, exit=True)
         since = time.time_ns()
@@ -222,6 +225,7 @@ class TorchrunWorld:
                     timeout,
                     info.device,
                     named=backend is not None,
+                    keep_theirs=True,
                 ),
                 catch_warnings_for_item(self.config, caught, "runtest", item),
             ):
@@ -233,6 +237,18 @@ class TorchrunWorld:
             faulthandler.cancel_dump_traceback_later()
             del self.config.stash[shared_key]
         return reports, caught.caught, since
+
+    def _shared_dir(self, item: pytest.Item) -> Path | None:
+        """Rank 0's fresh folder for the test, if it asks for one (on several machines
+        it exists only where the file system is shared)."""
+        if "shared_tmp_path" not in getattr(item, "fixturenames", ()):
+            return None
+        key = f"test{self.seq}/shared_dir"
+        if self.info.rank == 0:
+            factory = self.config._tmp_path_factory  # type: ignore[attr-defined]
+            self.store.set(key, str(factory.mktemp("shared", numbered=True)))
+        self.store.wait([key])
+        return Path(self.store.get(key).decode())
 
     def _arrive(self, seq: int) -> None:
         """Wait until every rank reached this test."""
