@@ -151,3 +151,28 @@ def test_collectives_inside_ddp_objects_and_subgroups_are_named(run, pytester) -
     section = out[out.index("_ test_1_raises_mid_ddp _") : out.index("_ test_2_object")]
     assert section.index("- rank 1 -") < section.index("- rank 0: stopped -")
     assert "def all_reduce(" not in section
+
+
+def test_a_record_turned_off_is_said_not_silently_missing(run, pytester, monkeypatch) -> None:
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "0")  # the ranks inherit it
+    pytester.makepyfile(
+        test_off="""
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.mark.torch_distributed(world_size=2)
+        def test_only_rank_0_reduces(rank):
+            if rank == 0:
+                dist.all_reduce(torch.ones(1))
+        """
+    )
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "rank 0 of 2 failed in a collective (called at test_off.py:8) that rank 1 never"
+            " joined*",
+            "the ranks kept no record: torch's flight recorder is off (TORCH_FR_BUFFER_SIZE=0)",
+        ]
+    )

@@ -104,6 +104,9 @@ def snapshot(rank: int, since_ns: int, stacks: bool, backend: str) -> Record:
     process group was formed), with the test's line for each when ``stacks``."""
     import torch
 
+    size = os.environ.get("TORCH_FR_BUFFER_SIZE", "").strip()
+    if size == "0":
+        return Record(rank, missing="torch's flight recorder is off (TORCH_FR_BUFFER_SIZE=0)")
     if "gloo" in backend and "nccl" not in backend and not covers_gloo():
         why = f"torch {torch.__version__}'s flight recorder does not record gloo's collectives"
         return Record(rank, missing=why)

@@ -20,7 +20,7 @@ from _pytest._code.code import ReprFileLocation
 
 from pytest_torch.distributed.causes import after_peer_left, call_site, last_words
 from pytest_torch.distributed.collectives import Group
-from pytest_torch.distributed.divergence import Explanation, explain
+from pytest_torch.distributed.divergence import Explanation, explain, missing_records
 from pytest_torch.distributed.parts import (
     brief,
     consequence_parts,
@@ -138,6 +138,9 @@ class _Story:
 
     def section(self, shown: bool) -> list[tuple[str, Any]]:
         explanation = self.explanation
+        why = missing_records(self.run.records)
+        if explanation is None and why and shown:
+            return [("collectives, side by side", [f"the ranks kept no record: {why}"])]
         if explanation is None or not explanation.lines or not shown:
             return []
         return [("collectives, side by side", explanation.lines)]
@@ -339,7 +342,7 @@ def _failures(
     else:
         parts += consequence_parts(followers, got)
     parts += other_parts(story.run, story.per_rank, set(failed), story.waits)
-    parts += story.section(diverged is not None)
+    parts += story.section(diverged is not None or bool(never_joined))
     longrepr = rank_failures(headline, ReprFileLocation(path, lineno, message), parts)
     base = _base(item, when, got, first=causes)
     return pytest.TestReport(outcome="failed", longrepr=longrepr, **base)
