@@ -33,6 +33,7 @@ BENCHMARKS = [
     ("compile_cost.py", [], ["--repeats", "2"]),
     ("xdist_threads.py", [], ["--repeats", "1"]),
     ("distributed_pool.py", [], ["--tests", "10"]),
+    ("collective_record.py", [], ["--pairs", "2", "--calls", "1000"]),
 ]
 
 

@@ -169,3 +169,20 @@ def test_a_warning_raised_on_every_rank_is_one_warning_naming_them() -> None:
     assert issubclass(found[1].category, UserWarning)
     with warnings.catch_warnings(record=True):
         assert rank_warnings.MyWarning is found[1].category
+
+
+def test_the_recorder_is_found_to_record_gloo_even_with_its_ring_full(monkeypatch) -> None:
+    """The ring keeps 2000 calls: a rank that ran more before its first failure still
+    keeps a record (counting entries would see no new one)."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from pytest_torch.distributed import flight
+
+    group = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=10))
+    for _ in range(2100):
+        group.allreduce([torch.zeros(1)]).wait()
+    monkeypatch.setattr(flight, "_covered", {})
+    assert flight.covers_gloo()

@@ -57,7 +57,7 @@ class _Frame:
     name: str
 
 
-def _dump(stacks: bool) -> dict[str, Any] | str:
+def _dump(stacks: bool, active: bool = False) -> dict[str, Any] | str:
     """The recorder's content, or why it cannot be read."""
     import torch
 
@@ -69,7 +69,7 @@ def _dump(stacks: bool) -> dict[str, Any] | str:
     if size is not None and size.strip() == "0":
         return "TORCH_FR_BUFFER_SIZE=0 turned torch's flight recorder of collectives off"
     try:
-        data = pickle.loads(dump(True, stacks, False))
+        data = pickle.loads(dump(True, stacks, active))
     except Exception as exc:  # a torch that cannot dump here: no record, never an error
         return f"torch's flight recorder could not be read ({type(exc).__name__}: {exc})"
     return data if isinstance(data, dict) else "torch's flight recorder gave no entries"
@@ -77,7 +77,7 @@ def _dump(stacks: bool) -> dict[str, Any] | str:
 
 def covers_gloo() -> bool:
     """Whether this torch records gloo's collectives: one all-reduce on a private
-    one-rank group, looked for in the recorder (once per process, ~2 ms)."""
+    one-rank group, looked for in the recorder (once per process, a few ms)."""
     if "gloo" not in _covered:
         import datetime
 
@@ -85,34 +85,38 @@ def covers_gloo() -> bool:
 
         dist = c10d()
 
-        def count() -> int:
+        def last() -> int | None:
+            """The newest entry's id (the ring keeps 2000: counting them would not
+            tell once it is full), -1 for none; None when the recorder cannot be read."""
             data = _dump(False)
-            return len(data.get("entries", [])) if isinstance(data, dict) else -1
+            if not isinstance(data, dict):
+                return None
+            return max((int(e.get("record_id", -1)) for e in data.get("entries", [])), default=-1)
 
-        before = count()
+        before = last()
         try:
             group = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=10))
             group.allreduce([torch.zeros(1)]).wait()
-            _covered["gloo"] = before >= 0 and count() > before
+            after = last()
+            _covered["gloo"] = before is not None and after is not None and after > before
         except Exception:
             _covered["gloo"] = False
     return _covered["gloo"]
 
 
-def snapshot(rank: int, since_ns: int, stacks: bool, backend: str) -> Record:
+def snapshot(rank: int, since_ns: int, stacks: bool, backend: str, active: bool = False) -> Record:
     """This rank's collectives since ``since_ns`` (``time.time_ns()`` when the test's
-    process group was formed), with the test's line for each when ``stacks``."""
+    process group was formed), with the test's line for each when ``stacks``; only the
+    calls not completed yet when ``active`` (a read that stays cheap however full the
+    recorder is)."""
     import torch
 
-    size = os.environ.get("TORCH_FR_BUFFER_SIZE", "").strip()
-    if size == "0":
-        return Record(rank, missing="torch's flight recorder is off (TORCH_FR_BUFFER_SIZE=0)")
+    data = _dump(stacks, active)
+    if isinstance(data, str):
+        return Record(rank, missing=data)
     if "gloo" in backend and "nccl" not in backend and not covers_gloo():
         why = f"torch {torch.__version__}'s flight recorder does not record gloo's collectives"
         return Record(rank, missing=why)
-    data = _dump(stacks)
-    if isinstance(data, str):
-        return Record(rank, missing=data)
     groups = _groups()
     calls: list[Call] = []
     first_kept: dict[str, int] = {}

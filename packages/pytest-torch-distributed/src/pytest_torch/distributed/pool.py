@@ -296,7 +296,7 @@ class RankPool:
         return found
 
     def records(
-        self, ranks: list[int], stacks: bool, wait: float = RECORD_WAIT_S
+        self, ranks: list[int], stacks: bool, wait: float = RECORD_WAIT_S, active: bool = False
     ) -> dict[int, Record]:
         """The records of the test's collectives that ``ranks`` give within ``wait``
         seconds (asked all at once, so they are read side by side)."""
@@ -306,7 +306,7 @@ class RankPool:
         for rank in ranks:
             handle = self._ranks[rank]
             with contextlib.suppress(OSError, ValueError):
-                handle.probe_to.send(msg.Probe(number, stacks))
+                handle.probe_to.send(msg.Probe(number, stacks, active))
                 asked.append(handle)
         found: dict[int, Record] = {}
         deadline = time.monotonic() + wait

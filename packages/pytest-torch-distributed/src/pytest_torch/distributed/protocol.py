@@ -111,6 +111,8 @@ class Probe:
     number: int
     #: with the test's line for each call (the first such read costs about a second)
     stacks: bool = False
+    #: only the calls not completed yet
+    active: bool = False
 
 
 @dataclass(frozen=True)

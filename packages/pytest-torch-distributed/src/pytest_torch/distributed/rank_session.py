@@ -214,7 +214,9 @@ class RankRunner:
                 continue
             try:
                 record = (
-                    snapshot(rank, self.since_ns, request.stacks, self.setup.backend)
+                    snapshot(
+                        rank, self.since_ns, request.stacks, self.setup.backend, request.active
+                    )
                     if self.since_ns
                     else Record(rank, missing="no test has run in it")
                 )

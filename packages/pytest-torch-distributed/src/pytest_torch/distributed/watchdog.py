@@ -132,7 +132,7 @@ class Watchdog:
             self._stuck = ()
             return False
         ranks = [s.rank for s in running]
-        records = self.pool.records(ranks, stacks=False, wait=PROBE_WAIT_S)
+        records = self.pool.records(ranks, stacks=False, wait=PROBE_WAIT_S, active=True)
         if any(record.missing for record in records.values()):
             self._recorded = False  # this torch keeps none: the older rule below
             return False
