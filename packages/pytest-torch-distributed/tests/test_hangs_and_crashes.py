@@ -251,3 +251,40 @@ def test_no_rank_outlives_an_interrupted_or_killed_pytest(
     assert still_alive(pids) == [], output
     if how == "SIGINT":
         assert "KeyboardInterrupt" in output
+
+
+def test_a_hung_ranks_stack_is_read_without_a_signal(run, pytester, tmp_path) -> None:
+    """The stack comes from the rank's own probe thread: a test's own SIGUSR1 handler
+    is left alone, and no signal lands in a process whose native threads are busy."""
+    flag = tmp_path / "signalled"
+    pytester.makepyfile(
+        test_h=f"""
+        import signal
+        import time
+
+        import pytest
+
+
+        def waits_for_a_message():
+            time.sleep(120)
+
+
+        @pytest.mark.torch_distributed(world_size=2, timeout=3)
+        def test_hangs(rank):
+            signal.signal(signal.SIGUSR1, lambda *_: open({str(flag)!r}, "w").close())
+            if rank == 1:
+                waits_for_a_message()
+        """
+    )
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "timed out after 3 s: rank 1 of 2 did not finish call*",
+            "*- rank 1: stopped -*",
+            "its Python stack when it was stopped (most recent call last):",
+            "  test_h.py:15 in test_hangs",
+            "  test_h.py:8 in waits_for_a_message",
+        ]
+    )
+    assert not flag.exists()

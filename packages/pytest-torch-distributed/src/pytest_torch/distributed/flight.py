@@ -65,9 +65,12 @@ def _dump(stacks: bool, active: bool = False) -> dict[str, Any] | str:
     dump = getattr(c10d, "_dump_fr_trace", None)
     if dump is None:
         return f"torch {torch.__version__} has no flight recorder of collectives to read"
-    size = os.environ.get("TORCH_FR_BUFFER_SIZE", os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE"))
-    if size is not None and size.strip() == "0":
-        return "TORCH_FR_BUFFER_SIZE=0 turned torch's flight recorder of collectives off"
+    for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        size = os.environ.get(name)
+        if size is not None:
+            if size.strip() == "0":
+                return f"torch's flight recorder is off ({name}=0)"
+            break
     try:
         data = pickle.loads(dump(True, stacks, active))
     except Exception as exc:  # a torch that cannot dump here: no record, never an error

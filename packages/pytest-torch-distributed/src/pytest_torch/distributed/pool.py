@@ -34,6 +34,8 @@ from pytest_torch.distributed.stacks import Frame, crash_report, main_stack, rea
 START_TIMEOUT_S = 300.0
 #: how long a rank gets to write its stack after SIGUSR1
 STACK_WAIT_S = 5.0
+#: how long a rank's probe thread has to answer for its main thread's stack
+PROBE_STACK_WAIT_S = 2.0
 #: how long a rank gets to answer a probe for its record (the first read with stacks
 #: takes about a second while torch prepares to symbolize them)
 RECORD_WAIT_S = 15.0
@@ -355,17 +357,38 @@ class RankPool:
 
     def probe_stack(self, state: RankState) -> list[Frame]:
         """A running rank's stack now (kept for the report)."""
-        handle = self._ranks[state.rank]
-        _ask_for_stack(handle)
-        state.stack = _stack_written(handle)
-        return state.stack
+        return self._stacks([self._ranks[state.rank]], {state.rank: state})[state.rank]
 
     def dump_stacks(self, run: RankRun) -> None:
         busy = [r for r in self._ranks if r.alive and not run.ranks[r.rank].done]
-        for rank in busy:  # all at once: they write while the others are read
-            _ask_for_stack(rank)
-        for rank in busy:
-            run.ranks[rank.rank].stack = _stack_written(rank)
+        self._stacks(busy, {r.rank: run.ranks[r.rank] for r in busy})
+
+    def _stacks(self, handles: list[_Rank], states: dict[int, RankState]) -> dict[int, list[Frame]]:
+        """Each rank's main-thread stack, asked all at once: read by its probe thread, or
+        (a rank whose Python cannot answer: native code holding the interpreter) dumped
+        by ``faulthandler`` on SIGUSR1."""
+        self._probes += 1
+        number = self._probes
+        for handle in handles:
+            with contextlib.suppress(OSError, ValueError):
+                handle.probe_to.send(msg.StackProbe(number))
+        found: dict[int, list[Frame]] = {}
+        deadline = time.monotonic() + PROBE_STACK_WAIT_S
+        for handle in handles:
+            with contextlib.suppress(EOFError, OSError):
+                while handle.probe_from.poll(max(0.0, deadline - time.monotonic())):
+                    answer = handle.probe_from.recv()
+                    if isinstance(answer, msg.Stacked) and answer.number == number:
+                        found[handle.rank] = [Frame(*frame) for frame in answer.frames]
+                        break
+        silent = [handle for handle in handles if handle.rank not in found]
+        for handle in silent:  # all at once: they write while the others are read
+            _ask_for_stack(handle)
+        for handle in silent:
+            found[handle.rank] = _stack_written(handle)
+        for rank, frames in found.items():
+            states[rank].stack = frames
+        return found
 
 
 def _ask_for_stack(rank: _Rank) -> None:

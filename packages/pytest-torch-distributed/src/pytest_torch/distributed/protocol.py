@@ -116,6 +116,24 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class StackProbe:
+    """Asks a rank for its main thread's Python stack, read by its probe thread (no
+    signal: a ``faulthandler`` dump from a signal handler can crash a process whose
+    native threads are busy)."""
+
+    number: int
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """A rank's answer to the stack probe of that ``number``: (file, line, function) of
+    each frame of its main thread, outermost first."""
+
+    number: int
+    frames: tuple[tuple[str, int, str], ...]
+
+
+@dataclass(frozen=True)
 class Recorded:
     """A rank's answer to the probe of that ``number``."""
 

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import warnings
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -210,6 +211,12 @@ class RankRunner:
             except (EOFError, OSError):
                 return
             rank = self.setup.rank
+            if isinstance(request, msg.StackProbe):
+                try:
+                    answers.send(msg.Stacked(request.number, main_frames()))
+                except OSError:
+                    return
+                continue
             if not isinstance(request, msg.Probe):
                 continue
             try:
@@ -295,6 +302,14 @@ def warning_text(warning: warnings.WarningMessage) -> msg.RankWarning:
         str(warning.filename),
         int(warning.lineno or 0),
     )
+
+
+def main_frames() -> tuple[tuple[str, int, str], ...]:
+    """The main thread's Python stack now, outermost first (read from another thread)."""
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    if frame is None:
+        return ()
+    return tuple((f.filename, f.lineno or 0, f.name) for f in traceback.extract_stack(frame))
 
 
 def undo_env(before: dict[str, str], patterns: tuple[str, ...]) -> None:
