@@ -102,7 +102,7 @@ def test_a_call_one_rank_skipped_is_named_with_the_call_that_met_it() -> None:
     explanation = explain({0: rank0, 1: rank1}, {}, {0, 1})
     assert explanation is not None and explanation.kind == "skipped"
     assert explanation.sentence.endswith(
-        "; rank 1 skipped rank 0's #2 at test_x.py:22: its #2 is rank 0's #3"
+        "; rank 1 never made rank 0's #2 at test_x.py:22: its own #2 is the call rank 0 made as #3"
     )
     assert explanation.lines[-2:] == [
         "      #3  rank 0      all_reduce float32[4]  at test_x.py:23  (waiting)",

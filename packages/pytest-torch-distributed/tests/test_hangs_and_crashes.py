@@ -57,7 +57,9 @@ def test_death_and_hang_fail_with_what_each_rank_did(run, pytester, rank_pids, s
             " busy at *test_s.py:24 in test_2_rank_never_joins, in no collective); the ranks'"
             " collectives part at collective #1 on the default group: rank 0 all_reduce"
             " float32[[]1] at test_s.py:22 (waiting); rank 1 had called none on the default"
-            " group when it was stopped: a collective called on some ranks only*",
+            " group when it was stopped: rank 1 was still in its own code, in no collective:"
+            " a step there that is slow or never ends, or a collective skipped on the others,"
+            " is the usual cause*",
             "*- rank 0: stopped -*",
             "rank 0 was still running, in all_reduce float32[[]1] (#1 on the default group),"
             " called at test_s.py:22",

@@ -20,6 +20,30 @@ from pytest_torch.distributed.collectives import (
     first_divergence,
 )
 
+#: how the ranks' calls differ, and what usually makes them so
+MISMATCH = {
+    "op": "the ranks called different collectives at the same point",
+    "shape": "the ranks passed tensors of different shapes to the same collective",
+    "dtype": "the ranks passed tensors of different dtypes to the same collective",
+    "skipped": "a rank skipped a collective the others called",
+}
+USUAL = {
+    "op": "one called on some ranks only, or in another order on each, is the usual cause",
+    "shape": "a batch or shard sized differently on each rank is the usual cause",
+    "dtype": "a tensor made or cast differently on some ranks is the usual cause",
+    "missing": "a collective called on some ranks only (under an `if rank == ...`, or"
+    " after an early return or an exception) is the usual cause",
+}
+USUAL["skipped"] = USUAL["missing"]
+ADVICE = {kind: f"{MISMATCH[kind]}: {USUAL[kind]}" for kind in MISMATCH}
+ADVICE["missing"] = USUAL["missing"]
+#: what to look for when a rank still running is in no collective
+OWN_CODE = (
+    "in no collective: a step there that is slow or never ends, or a collective skipped"
+    " on the others, is the usual cause; raise the timeout with the marker's timeout= or"
+    " --torch-distributed-timeout if the test is only slow"
+)
+
 #: how many agreeing calls the section shows before the first difference
 SHOWN_BEFORE = 6
 
@@ -84,8 +108,8 @@ def sentence(divergence: Divergence, ended: dict[int, str], running: set[int]) -
         theirs = divergence.calls[other]
         site = f" at {theirs.site}" if theirs is not None and theirs.site else ""
         text += (
-            f"; rank {rank} skipped rank {other}'s #{divergence.seq}{site}: its"
-            f" #{divergence.seq} is rank {other}'s #{divergence.seq + 1}"
+            f"; rank {rank} never made rank {other}'s #{divergence.seq}{site}: its own"
+            f" #{divergence.seq} is the call rank {other} made as #{divergence.seq + 1}"
         )
     if divergence.lines_differ_from is not None:
         earlier = "; ".join(

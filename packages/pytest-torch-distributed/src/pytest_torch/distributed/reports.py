@@ -20,7 +20,15 @@ from _pytest._code.code import ReprFileLocation
 
 from pytest_torch.distributed.causes import after_peer_left, call_site, last_words
 from pytest_torch.distributed.collectives import Group
-from pytest_torch.distributed.divergence import Explanation, explain, missing_records
+from pytest_torch.distributed.divergence import (
+    ADVICE,
+    MISMATCH,
+    OWN_CODE,
+    USUAL,
+    Explanation,
+    explain,
+    missing_records,
+)
 from pytest_torch.distributed.parts import (
     brief,
     consequence_parts,
@@ -60,23 +68,6 @@ _STANDARD = frozenset(
 )
 #: how a phase that failed is called in the summary
 _FAILED = {"setup": "failed in setup", "call": "failed", "teardown": "failed in teardown"}
-#: how the ranks' calls differ, and what usually makes them so
-_MISMATCH = {
-    "op": "the ranks called different collectives at the same point",
-    "shape": "the ranks passed tensors of different shapes to the same collective",
-    "dtype": "the ranks passed tensors of different dtypes to the same collective",
-    "skipped": "a rank skipped a collective the others called",
-}
-_USUAL = {
-    "op": "one called on some ranks only, or in another order on each, is the usual cause",
-    "shape": "a batch or shard sized differently on each rank is the usual cause",
-    "dtype": "a tensor made or cast differently on some ranks is the usual cause",
-    "missing": "a collective called on some ranks only (under an `if rank == ...`, or"
-    " after an early return or an exception) is the usual cause",
-}
-_USUAL["skipped"] = _USUAL["missing"]
-_ADVICE = {kind: f"{_MISMATCH[kind]}: {_USUAL[kind]}" for kind in _MISMATCH}
-_ADVICE["missing"] = _USUAL["missing"]
 
 
 def _reports(config: pytest.Config, state: RankState) -> dict[str, pytest.TestReport]:
@@ -306,13 +297,13 @@ def _failures(
     if never_joined and diverged is not None and diverged.kind != "missing":
         # the ranks met in a call that did not match: one went on with what it received,
         # the other's collective broke when it left
-        message = f"{ranks(causes)} of {world} failed: {_MISMATCH[diverged.kind]},"
+        message = f"{ranks(causes)} of {world} failed: {MISMATCH[diverged.kind]},"
         message += f" {diverged.sentence}"
         headline = (
             f"{message}; {ranks(causes)} then failed in it when {ranks(passed)} left it"
             f" ({brief(got[causes[0]])}); {ranks(passed)} passed, but what"
             f" {'it' if len(passed) == 1 else 'they'} received from that collective is not"
-            f" to be trusted. {_USUAL[diverged.kind].capitalize()}"
+            f" to be trusted. {USUAL[diverged.kind].capitalize()}"
         )
         causes, followers, shown = [], causes, []
     elif never_joined:
@@ -320,7 +311,7 @@ def _failures(
         where = f" (called at {site})" if site else ""
         message = (
             f"{ranks(causes)} of {world} failed in a collective{where} that {ranks(passed)}"
-            f" never joined ({said(got[causes[0]])})"
+            f" never joined ({brief(got[causes[0]])})"
         )
         headline += (
             f" in a collective{where} that {ranks(passed)} never joined ({ranks(passed)}"
@@ -377,7 +368,12 @@ def _stopped(
     parts += consequence_parts(followers, got)
     parts += other_parts(run, per_rank, set(failed) | dead, story.waits)
     parts += story.section(True)
-    longrepr = rank_failures(headline, ReprFileLocation(path, lineno, headline), parts)
+    message = headline
+    diverged = story.diverged()
+    if run.ending in ("stuck", "alone") and diverged is not None:  # the gist first
+        message = f"{MISMATCH.get(diverged.kind, 'a collective called on some ranks only')}"
+        message += f" ({run.waited_s:.0f} s into the test): {diverged.sentence}"
+    longrepr = rank_failures(headline, ReprFileLocation(path, lineno, message), parts)
     return pytest.TestReport(outcome="failed", longrepr=longrepr, **base)
 
 
@@ -392,7 +388,7 @@ def _headline(
     dead = [s.rank for s in run.ranks if s.returncode is not None]
     busy = [s.rank for s in run.ranks if not s.done and s.returncode is None]
     diverged = story.diverged()
-    advice = _ADVICE.get(_kind(diverged), _ADVICE["missing"])
+    advice = ADVICE.get(_kind(diverged), ADVICE["missing"])
     if dead:
         state = run.ranks[dead[0]]
         headline = (
@@ -403,6 +399,11 @@ def _headline(
         words = last_words(state.captured)
         if words:
             headline += f"; it said: {words}"
+            if "Received data size doesn't match" in words:
+                headline += (
+                    f"; the data {ranks(dead)} received did not fit its own tensor: the"
+                    " ranks passed tensors of different shapes or dtypes to the same collective"
+                )
         headline += story.last_calls(set(dead))
         return headline + _followed(followers, len(dead), "had died")
     if run.ending in ("stuck", "alone") and busy:
@@ -424,6 +425,11 @@ def _headline(
         f"timed out after {run.waited_s:.0f} s: {ranks(busy)} of {world} did not finish"
         f" {when} ({'; '.join(stuck)})"
     )
+    own_code = [r for r in busy if r not in story.waits and not collective(run.ranks[r].stack)]
+    if own_code and _kind(diverged) == "missing":
+        were = "was" if len(own_code) == 1 else "were"
+        whose = "its" if len(own_code) == 1 else "their"
+        advice = f"{ranks(own_code)} {were} still in {whose} own code, {OWN_CODE}"
     if diverged is not None:
         return f"{headline}; the ranks' collectives part at {diverged.sentence}: {advice}"
     return (
