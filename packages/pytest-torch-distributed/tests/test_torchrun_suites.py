@@ -146,3 +146,46 @@ def test_a_marked_test_after_a_group_the_suite_opened_reuses_it(pytester) -> Non
     # rank 1 reports the unmarked test it ran; rank 0 reports the marked one for both
     assert "PASSED test_m.py::test_1_opens_its_own_group" in rank1, text
     assert "2 torch_distributed test(s) ran here as rank 1 of 2; rank 0 reports them" in rank1
+
+
+#: a launcher like composer's (``composer -n 2 -m pytest``): processes with torchrun's
+#: variables but no elastic agent, so rank 0 hosts the rendezvous on MASTER_PORT itself
+LAUNCHER = """
+import os, socket, subprocess, sys
+with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+procs = []
+for rank in range(2):
+    env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+           "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    procs.append(subprocess.Popen([sys.executable, "-m", "pytest", *sys.argv[1:]], env=env,
+                                  stdout=open(f"rank{rank}.out", "w"), stderr=subprocess.STDOUT))
+sys.exit(max(proc.wait(timeout=200) for proc in procs))
+"""
+
+
+def test_a_launcher_without_an_agent_keeps_the_suites_own_group(pytester) -> None:
+    pytester.makeconftest(OWN_GROUP)
+    pytester.makepyfile(test_u=UNMARKED)
+    pytester.makepyfile(
+        test_a_marked="""
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.mark.torch_distributed(world_size=2)
+        def test_marked(rank):
+            t = torch.ones(1)
+            dist.all_reduce(t)
+            assert t.item() == 2
+        """
+    )
+    (pytester.path / "launch.py").write_text(LAUNCHER)
+    args = ["-p", "torch_distributed", "-p", "no:randomly", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [sys.executable, "launch.py", *args], cwd=pytester.path, timeout=240, check=False
+    )
+    rank0, rank1 = ((pytester.path / f"rank{r}.out").read_text() for r in (0, 1))
+    assert done.returncode == 0, (rank0, rank1)
+    assert "3 passed" in rank0 and "2 passed" in rank1, (rank0, rank1)
