@@ -84,3 +84,30 @@ def test_more_ranks_than_gpus_skip_unless_shared(run, pytester: pytest.Pytester)
             f"SKIPPED * {count + 1} ranks need {count + 1} cuda devices, one each, and this process sees {count}*"
         ]
     )
+
+
+@TWO_GPUS
+def test_nccl_collectives_that_differ_are_named(run, pytester: pytest.Pytester) -> None:
+    """NCCL's calls come from its own flight recorder: shapes that differ between the
+    ranks are named, side by side, as gloo's are."""
+    pytester.makepyfile(
+        test_n="""
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.mark.torch_distributed(world_size=2, device="cuda", timeout=60)
+        def test_uneven(rank):
+            dist.all_reduce(torch.ones(4, device="cuda"))
+            dist.all_reduce(torch.ones(4 + rank, device="cuda"))
+            torch.cuda.synchronize()
+        """
+    )
+    result = run("-rA")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*collective #2 on the default group: rank 0 all_reduce float32[[]4]*rank 1 all_reduce"
+            " float32[[]5]*"
+        ]
+    )

@@ -57,8 +57,9 @@ class _Frame:
     name: str
 
 
-def _dump(stacks: bool, active: bool = False) -> dict[str, Any] | str:
-    """The recorder's content, or why it cannot be read."""
+def _dump(stacks: bool, active: bool = False, nccl_too: bool = False) -> dict[str, Any] | str:
+    """The recorder's content, or why it cannot be read; with NCCL's recorder's entries
+    where ``nccl_too`` (a group on NCCL)."""
     import torch
 
     c10d = torch._C._distributed_c10d
@@ -75,7 +76,19 @@ def _dump(stacks: bool, active: bool = False) -> dict[str, Any] | str:
         data = pickle.loads(dump(True, stacks, active))
     except Exception as exc:  # a torch that cannot dump here: no record, never an error
         return f"torch's flight recorder could not be read ({type(exc).__name__}: {exc})"
-    return data if isinstance(data, dict) else "torch's flight recorder gave no entries"
+    if not isinstance(data, dict):
+        return "torch's flight recorder gave no entries"
+    # NCCL's calls are kept by a recorder of their own (it times them with CUDA events)
+    nccl = getattr(c10d, "_dump_nccl_trace", None) if nccl_too else None
+    if nccl is not None:
+        try:
+            theirs = pickle.loads(nccl(True, stacks, active))
+            entries = [*data.get("entries", []), *theirs.get("entries", [])]
+            entries.sort(key=lambda entry: entry.get("time_created_ns") or 0)
+            data = {**data, "entries": entries}
+        except Exception:  # gloo's calls are still worth showing
+            pass
+    return data
 
 
 def covers_gloo() -> bool:
@@ -114,7 +127,7 @@ def snapshot(rank: int, since_ns: int, stacks: bool, backend: str, active: bool 
     recorder is)."""
     import torch
 
-    data = _dump(stacks, active)
+    data = _dump(stacks, active, nccl_too="nccl" in backend)
     if isinstance(data, str):
         return Record(rank, missing=data)
     if "gloo" in backend and "nccl" not in backend and not covers_gloo():
