@@ -73,6 +73,14 @@ def test_dtypes_differ_only_where_the_op_needs_them_alike() -> None:
     }
     divergence = first_divergence(records)
     assert divergence is not None and divergence.kind == "dtype"
+    # all_gather into a list takes each rank's own size (NCCL); into one tensor it does not
+    uneven = {r: _record(r, _call(1, "all_gather", (4 + r,))) for r in (0, 1)}
+    assert first_divergence(uneven) is None
+    into = {
+        r: _record(r, _call(1, "all_gather", (4 + r,), within="all_gather_into_tensor"))
+        for r in (0, 1)
+    }
+    assert first_divergence(into).kind == "shape"  # type: ignore[union-attr]
     # all_to_all takes each rank's own sizes: other shapes are no divergence
     records = {
         0: _record(0, _call(1, "all_to_all", (4,))),

@@ -164,11 +164,22 @@ def _members(group: Group, records: dict[int, Record]) -> list[int]:
     )
 
 
+#: all_gather into a list takes each rank's own size on NCCL ("uneven sizes are
+#: supported"); into one tensor, or for objects, the sizes are the same everywhere
+_ALIKE_GATHERS = frozenset({"all_gather_into_tensor", "all_gather_object"})
+
+
+def _same_shapes(call: Call) -> bool:
+    if call.op in ("all_gather", "allgather"):
+        return call.within in _ALIKE_GATHERS
+    return call.op in SAME_SHAPES
+
+
 def _differs(calls: list[Call]) -> str | None:
     first = calls[0]
     if any(call.op != first.op for call in calls):
         return "op"
-    if first.op in SAME_SHAPES and any(call.shapes != first.shapes for call in calls):
+    if _same_shapes(first) and any(call.shapes != first.shapes for call in calls):
         return "shape"
     typed = [call for call in calls if call.dtypes]
     if typed and first.op in SAME_SHAPES and any(c.dtypes != typed[0].dtypes for c in typed):
