@@ -41,6 +41,21 @@ def test_rank_is_torchruns():
 """
 
 
+#: a marked test in a file that sorts before the suite's own tests
+MARKED = """
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.torch_distributed(world_size=2)
+def test_marked(rank):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+"""
+
+
 def _torchrun(pytester: pytest.Pytester, *args: str) -> list[str]:
     """``torchrun --standalone --nproc-per-node=2 -m pytest ARGS``: each rank's output
     (torchrun's ``--tee`` prefixes it with ``[default0]:``), by rank; the exit
@@ -86,19 +101,7 @@ def test_an_unmarked_suite_runs_on_every_rank_as_without_the_plugin(pytester) ->
             assert "torch_distributed test(s) ran here" not in out, text
     # a marked test that runs first, before the suite's session fixture opened its
     # group: the fixture's init_process_group takes over from the plugin's group
-    pytester.makepyfile(
-        test_a_marked="""
-        import pytest
-        import torch
-        import torch.distributed as dist
-
-        @pytest.mark.torch_distributed(world_size=2)
-        def test_marked(rank):
-            t = torch.ones(1)
-            dist.all_reduce(t)
-            assert t.item() == 2
-        """
-    )
+    pytester.makepyfile(test_a_marked=MARKED)
     rank0, rank1, code, text = _torchrun(pytester, "-p", "torch_distributed")
     assert code == "0", text
     assert "3 passed" in rank0 and "2 passed" in rank1, text
@@ -168,19 +171,7 @@ sys.exit(max(proc.wait(timeout=200) for proc in procs))
 def test_a_launcher_without_an_agent_keeps_the_suites_own_group(pytester) -> None:
     pytester.makeconftest(OWN_GROUP)
     pytester.makepyfile(test_u=UNMARKED)
-    pytester.makepyfile(
-        test_a_marked="""
-        import pytest
-        import torch
-        import torch.distributed as dist
-
-        @pytest.mark.torch_distributed(world_size=2)
-        def test_marked(rank):
-            t = torch.ones(1)
-            dist.all_reduce(t)
-            assert t.item() == 2
-        """
-    )
+    pytester.makepyfile(test_a_marked=MARKED)
     (pytester.path / "launch.py").write_text(LAUNCHER)
     args = ["-p", "torch_distributed", "-p", "no:randomly", "-p", "no:cacheprovider"]
     done = subprocess.run(

@@ -107,6 +107,10 @@ class Record:
     #: why there is no record ("" when there is one)
     missing: str = ""
 
+    def group_of(self, call: Call) -> Group:
+        """The group ``call`` was made on (by name alone when its members are unknown)."""
+        return self.groups.get(call.group, Group(call.group))
+
     def on(self, group: str) -> dict[int, Call]:
         return {call.seq: call for call in self.calls if call.group == group}
 

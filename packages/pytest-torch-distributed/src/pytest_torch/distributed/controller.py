@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from pytest_torch.distributed.parts import phase_report
 from pytest_torch.distributed.plan import Plan
 from pytest_torch.distributed.pool import PoolStartError, RankPool, RankRun
 from pytest_torch.distributed.reports import merged_reports
+from pytest_torch.distributed.world import new_shared_dir
 
 #: the teardown report's attribute that carries what a test cost the pool
 REPORT_ATTRIBUTE = "torch_distributed"
@@ -79,17 +79,10 @@ class Controller:
             if kind == "skipped":
                 return [_skipped(item, f"skipped in the ranks' collection: {why}")]
             return [_error(item, "setup", f"the ranks could not collect this test:\n{why}")]
-        run = pool.run(item.nodeid, plan.timeout, self._shared_dir(item))
+        shared = new_shared_dir(item)
+        run = pool.run(item.nodeid, plan.timeout, str(shared) if shared else "")
         per_rank = {state.rank: state.warnings for state in run.ranks}
-        for warning in rank_warnings.merged(per_rank, plan.world_size):
-            item.ihook.pytest_warning_recorded.call_historic(
-                kwargs={
-                    "warning_message": warning,
-                    "when": "runtest",
-                    "nodeid": item.nodeid,
-                    "location": None,
-                }
-            )
+        rank_warnings.relay(item, per_rank, plan.world_size)
         reports = merged_reports(self.config, item, run) or [
             _error(item, "setup", f"the ranks reported nothing for this test ({run.ending})")
         ]
@@ -98,14 +91,6 @@ class Controller:
             del self.pools[plan.pool_key]
         _annotate(reports, plan, run, started)
         return reports
-
-    def _shared_dir(self, item: pytest.Item) -> str:
-        """A fresh folder for the ranks of ``item`` to share, if it asks for one."""
-        if "shared_tmp_path" not in getattr(item, "fixturenames", ()):
-            return ""
-        factory = self.config._tmp_path_factory  # type: ignore[attr-defined]
-        name = re.sub(r"[\W]", "_", item.name)[:30]
-        return str(factory.mktemp(f"shared-{name}", numbered=True))
 
     def _start(self, plan: Plan) -> RankPool:
         threads = rank_threads(plan.world_size)

@@ -15,7 +15,6 @@ from pytest_torch.distributed.collectives import (
     DEFAULT_GROUP,
     Call,
     Divergence,
-    Group,
     Record,
     first_divergence,
 )
@@ -167,7 +166,7 @@ def waiting_in(records: dict[int, Record], running: set[int]) -> list[str]:
         if record is None or record.missing:
             continue
         for call in record.waiting().values():
-            group = record.groups.get(call.group, Group(call.group)).shown()
+            group = record.group_of(call).shown()
             lines.append(f"rank {rank} waits in #{call.seq} on {group}: {call.describe()}")
     return lines
 

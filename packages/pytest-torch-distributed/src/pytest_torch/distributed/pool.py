@@ -302,22 +302,30 @@ class RankPool:
     ) -> dict[int, Record]:
         """The records of the test's collectives that ``ranks`` give within ``wait``
         seconds (asked all at once, so they are read side by side)."""
+        answers = self._ask(ranks, lambda number: msg.Probe(number, stacks, active), wait)
+        return {rank: answer.record for rank, answer in answers.items()}
+
+    def _ask(
+        self, ranks: list[int], request: Callable[[int], object], wait: float
+    ) -> dict[int, Any]:
+        """Send ``request(number)`` to each of ``ranks``' probe threads at once and
+        collect the answers of that number given within ``wait`` seconds, by rank."""
         self._probes += 1
         number = self._probes
         asked = []
         for rank in ranks:
             handle = self._ranks[rank]
             with contextlib.suppress(OSError, ValueError):
-                handle.probe_to.send(msg.Probe(number, stacks, active))
+                handle.probe_to.send(request(number))
                 asked.append(handle)
-        found: dict[int, Record] = {}
+        found: dict[int, Any] = {}
         deadline = time.monotonic() + wait
         for handle in asked:
             with contextlib.suppress(EOFError, OSError):
                 while handle.probe_from.poll(max(0.0, deadline - time.monotonic())):
                     answer = handle.probe_from.recv()
-                    if isinstance(answer, msg.Recorded) and answer.number == number:
-                        found[handle.rank] = answer.record
+                    if getattr(answer, "number", None) == number:
+                        found[handle.rank] = answer
                         break
         return found
 
@@ -367,20 +375,8 @@ class RankPool:
         """Each rank's main-thread stack, asked all at once: read by its probe thread, or
         (a rank whose Python cannot answer: native code holding the interpreter) dumped
         by ``faulthandler`` on SIGUSR1."""
-        self._probes += 1
-        number = self._probes
-        for handle in handles:
-            with contextlib.suppress(OSError, ValueError):
-                handle.probe_to.send(msg.StackProbe(number))
-        found: dict[int, list[Frame]] = {}
-        deadline = time.monotonic() + PROBE_STACK_WAIT_S
-        for handle in handles:
-            with contextlib.suppress(EOFError, OSError):
-                while handle.probe_from.poll(max(0.0, deadline - time.monotonic())):
-                    answer = handle.probe_from.recv()
-                    if isinstance(answer, msg.Stacked) and answer.number == number:
-                        found[handle.rank] = [Frame(*frame) for frame in answer.frames]
-                        break
+        answers = self._ask([h.rank for h in handles], msg.StackProbe, PROBE_STACK_WAIT_S)
+        found = {rank: [Frame(*frame) for frame in a.frames] for rank, a in answers.items()}
         silent = [handle for handle in handles if handle.rank not in found]
         for handle in silent:  # all at once: they write while the others are read
             _ask_for_stack(handle)

@@ -14,6 +14,8 @@ import importlib
 import warnings
 from typing import Any
 
+import pytest
+
 from pytest_torch.distributed import protocol as msg
 
 _STAND_INS: dict[str, type[Warning]] = {}
@@ -38,6 +40,19 @@ def category(module: str, name: str) -> type[Warning]:
     except Exception:  # a test module, or a class defined in a function
         pass
     return __getattr__(name.rsplit(".", 1)[-1])
+
+
+def relay(item: pytest.Item, per_rank: dict[int, tuple[msg.RankWarning, ...]], world: int) -> None:
+    """Record the ranks' warnings for ``item`` (merged), as pytest records a test's own."""
+    for warning in merged(per_rank, world):
+        item.ihook.pytest_warning_recorded.call_historic(
+            kwargs={
+                "warning_message": warning,
+                "when": "runtest",
+                "nodeid": item.nodeid,
+                "location": None,
+            }
+        )
 
 
 def merged(

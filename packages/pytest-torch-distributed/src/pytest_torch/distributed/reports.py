@@ -19,7 +19,6 @@ import pytest
 from _pytest._code.code import ReprFileLocation
 
 from pytest_torch.distributed.causes import after_peer_left, call_site, last_words
-from pytest_torch.distributed.collectives import Group
 from pytest_torch.distributed.divergence import (
     ADVICE,
     MISMATCH,
@@ -110,7 +109,7 @@ class _Story:
             calls = list(record.waiting().values()) if not record.missing else []
             if rank in self.running and calls:
                 call = calls[0]
-                group = record.groups.get(call.group, Group(call.group)).shown()
+                group = record.group_of(call).shown()
                 where = f", called at {call.site}" if call.site else ""
                 found[rank] = f"{call.what()} (#{call.seq} on {group}){where}"
         return found
@@ -121,7 +120,7 @@ class _Story:
         for rank, record in sorted(self.run.records.items()):
             if rank not in exclude and not record.missing and record.calls:
                 call = record.calls[-1]
-                group = record.groups.get(call.group, Group(call.group)).shown()
+                group = record.group_of(call).shown()
                 found.append(
                     f"rank {rank}'s last collective was #{call.seq} on {group}, {call.describe()}"
                 )

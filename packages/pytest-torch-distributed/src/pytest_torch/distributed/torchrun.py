@@ -39,7 +39,13 @@ from pytest_torch.distributed.groups import c10d, group_for_test
 from pytest_torch.distributed.markers import DISTRIBUTED
 from pytest_torch.distributed.parts import phase_report
 from pytest_torch.distributed.pool import RankRun, RankState
-from pytest_torch.distributed.world import RankInfo, SharedContext, rank_key, shared_key
+from pytest_torch.distributed.world import (
+    RankInfo,
+    SharedContext,
+    new_shared_dir,
+    rank_key,
+    shared_key,
+)
 
 PREFIX = "pytest-torch/"
 #: how long a rank waits for the others between tests (rank 0 may be running the tests
@@ -245,8 +251,7 @@ class TorchrunWorld:
             return None
         key = f"test{self.seq}/shared_dir"
         if self.info.rank == 0:
-            factory = self.config._tmp_path_factory  # type: ignore[attr-defined]
-            self.store.set(key, str(factory.mktemp("shared", numbered=True)))
+            self.store.set(key, str(new_shared_dir(item)))
         self.store.wait([key])
         return Path(self.store.get(key).decode())
 
@@ -286,15 +291,7 @@ class TorchrunWorld:
         ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         for report in merged_reports(self.config, item, run):
             ihook.pytest_runtest_logreport(report=report)
-        for warning in rank_warnings.merged(caught, self.info.world_size):
-            ihook.pytest_warning_recorded.call_historic(
-                kwargs={
-                    "warning_message": warning,
-                    "when": "runtest",
-                    "nodeid": item.nodeid,
-                    "location": None,
-                }
-            )
+        rank_warnings.relay(item, caught, self.info.world_size)
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
     def _gather_records(self, seq: int, since: int) -> dict[int, Record]:

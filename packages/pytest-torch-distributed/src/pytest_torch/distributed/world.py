@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,17 @@ class SharedContext:
 
 #: set in a rank's session while it runs a test
 shared_key = pytest.StashKey[SharedContext]()
+
+
+def new_shared_dir(item: pytest.Item) -> Path | None:
+    """A fresh folder under pytest's base temp for the ranks of ``item`` to share, if
+    it asks for ``shared_tmp_path`` (None otherwise)."""
+    if "shared_tmp_path" not in getattr(item, "fixturenames", ()):
+        return None
+    factory = item.config._tmp_path_factory  # type: ignore[attr-defined]
+    name = re.sub(r"[\W]", "_", item.name)[:30]
+    return Path(factory.mktemp(f"shared-{name}", numbered=True))
+
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
