@@ -365,7 +365,12 @@ class RankPool:
 
     def probe_stack(self, state: RankState) -> list[Frame]:
         """A running rank's stack now (kept for the report)."""
-        return self._stacks([self._ranks[state.rank]], {state.rank: state})[state.rank]
+        return self.probe_stacks([state])[state.rank]
+
+    def probe_stacks(self, states: list[RankState]) -> dict[int, list[Frame]]:
+        """Running ranks' stacks now, asked all at once (kept for the report)."""
+        handles = [self._ranks[state.rank] for state in states]
+        return self._stacks(handles, {state.rank: state for state in states})
 
     def dump_stacks(self, run: RankRun) -> None:
         busy = [r for r in self._ranks if r.alive and not run.ranks[r.rank].done]

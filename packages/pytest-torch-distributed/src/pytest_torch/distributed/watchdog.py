@@ -139,7 +139,7 @@ class Watchdog:
         stuck = deadlock(records, set(ranks))
         confirmed = bool(stuck) and stuck == self._stuck
         self._stuck = stuck
-        if confirmed and all(_inside_torch(self.pool.probe_stack(s)) for s in running):
+        if confirmed and all(map(_inside_torch, self.pool.probe_stacks(running).values())):
             self.run.ending = "stuck"
             self.run.stuck = stuck
             return True
