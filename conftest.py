@@ -13,6 +13,12 @@ The ``machine`` fixtures at the end let a test choose how an inner run's perf
 measurements see the machine (quiet or busy), so no verdict depends on what else this
 machine is doing while the suite runs.
 
+The accelerator kit: tests marked ``accelerator`` test device-generic behaviour and run
+on whatever accelerator torch reports (a GPU, or the emulated one that
+``--emulated-accelerator`` builds from ``tests/emulator/`` and loads: that option runs
+those tests only); tests marked ``cuda`` need CUDA itself. Both skip with the reason
+where they cannot run; the ``accelerator`` fixture gives the device type.
+
 The shared test kit of the packages' suites is here too: numpy and torch imported once
 (in-process pytester runs drop the modules a run imported, and these cannot be imported
 twice in one process) and ``run``, which runs pytest in-process on the pytester folder
@@ -70,6 +76,23 @@ def _cuda_state() -> dict[str, Any]:
     }
 
 
+def _accelerator_state() -> dict[str, Any]:
+    """The generators and current device of an accelerator other than CUDA that torch
+    reports (the emulated one under --emulated-accelerator), once it is set up."""
+    accel = getattr(torch, "accelerator", None)
+    current = accel.current_accelerator() if accel is not None else None
+    if current is None or current.type in ("cuda", "mps"):
+        return {}
+    module = torch.get_device_module(current.type)
+    if not module.is_initialized():
+        return {}
+    name = f"torch.{current.type}"
+    return {
+        f"{name}.get_rng_state_all()": [s.tolist() for s in module.get_rng_state_all()],
+        f"{name}.current_device()": module.current_device(),
+    }
+
+
 def _cuda_started(before: dict[str, Any], after: dict[str, Any]) -> None:
     """A test that was first to use CUDA initialised it, which cannot be undone: compare
     what it left with CUDA's defaults instead (the RNG starts from seeds queued before
@@ -112,6 +135,7 @@ def snapshot(*, python_rng: bool) -> dict[str, Any]:
         "gc.isenabled()": gc.isenabled(),
         "gc.get_freeze_count()": gc.get_freeze_count(),
         **_cuda_state(),
+        **_accelerator_state(),
     }
     state.update(_compiler_state())
     if python_rng:
@@ -354,3 +378,102 @@ def run(request: pytest.FixtureRequest, pytester: pytest.Pytester) -> Callable[.
         return pytester.runpytest("-p", plugin, *args)
 
     return _run
+
+
+#: the test-only emulated accelerator of this repository (absent from unpacked sdists)
+EMULATOR = Path(__file__).resolve().parent / "tests" / "emulator"
+EMULATOR_OPTION = "--emulated-accelerator"
+#: why the emulator could not be loaded, when it was asked for and could not be
+_emulator_problem: list[str] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        EMULATOR_OPTION,
+        action="store_true",
+        help="run the tests marked `accelerator` (only those) on the emulated accelerator"
+        " of tests/emulator/, built once per machine and torch version on first use; it"
+        " becomes the accelerator of this process and of every process it starts",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption(EMULATOR_OPTION, False):
+        return
+    if not (EMULATOR / "build.py").is_file():
+        raise pytest.UsageError(f"{EMULATOR_OPTION}: {EMULATOR} is not in this checkout")
+    problem = _load_emulator()
+    if problem is not None:
+        _emulator_problem.append(problem)
+
+
+def _load_emulator() -> str | None:
+    """Build (or reuse) the emulator and load it here; children load it when they import
+    torch (its folder goes first on PYTHONPATH, where torch finds its entry point).
+    Returns why it could not be loaded, or None."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_emulator_build", EMULATOR / "build.py")
+    assert spec is not None and spec.loader is not None
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    try:
+        site = build.site_folder()
+    except build.EmulatorUnavailable as exc:  # no compiler here: the tests skip, saying so
+        return str(exc)
+    except build.EmulatorBuildError as exc:  # our C++ does not build: the run stops
+        raise pytest.UsageError(f"{EMULATOR_OPTION}: {exc}") from None
+    if str(site) not in sys.path:
+        sys.path.insert(0, str(site))
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if str(site) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(site), *paths] if p)
+    import pytest_torch_emulator  # type: ignore[import-not-found]
+
+    pytest_torch_emulator.load()
+    return None
+
+
+def _accelerator_type() -> str | None:
+    """The accelerator torch reports and the tests can use (not MPS: its memory and
+    timing differ too much for the device-generic tests), or None."""
+    accel = getattr(torch, "accelerator", None)
+    if accel is None or not accel.is_available():
+        return None
+    current = accel.current_accelerator()
+    return None if current is None or current.type == "mps" else str(current.type)
+
+
+def _no_accelerator_reason() -> str:
+    if _emulator_problem:
+        return f"needs an accelerator; the emulated one could not be built: {_emulator_problem[0]}"
+    hint = f" (run with {EMULATOR_OPTION} for the emulated one)" if EMULATOR.is_dir() else ""
+    return f"needs an accelerator: torch reports none here{hint}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption(EMULATOR_OPTION, False):
+        kept = [item for item in items if item.get_closest_marker("accelerator")]
+        dropped = [item for item in items if not item.get_closest_marker("accelerator")]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+    accelerator = _accelerator_type()
+    cuda = accelerator == "cuda"
+    for item in items:
+        marker = item.get_closest_marker("cuda")
+        if marker is not None and not cuda:
+            why = marker.kwargs.get("reason", "")
+            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU{': ' + why if why else ''}"))
+        elif item.get_closest_marker("accelerator") and accelerator is None:
+            item.add_marker(pytest.mark.skip(reason=_no_accelerator_reason()))
+
+
+@pytest.fixture
+def accelerator() -> str:
+    """The accelerator's device type (``cuda``, ``xpu``, the emulator's ``emu``...)."""
+    found = _accelerator_type()
+    if found is None:
+        pytest.skip(_no_accelerator_reason())
+    return found
