@@ -116,7 +116,7 @@ def test_gpu_plans(two_fake_gpus):
     assert [plan.index_for(w) for w in range(5)] == [0, 1, 0, 1, 0]
     assert plan.sharing(0, 5) == 3 and plan.sharing(1, 5) == 2
     assert gpus.parse_gpus("1", "--gpus").indices == (1,)
-    with pytest.raises(gpus.GpuSettingError, match="GPU 2 not usable: this process sees 2 cuda"):
+    with pytest.raises(gpus.GpuSettingError, match="device 2 not usable: this process sees 2 cuda"):
         gpus.parse_gpus("0,2", "--gpus")
     with pytest.raises(gpus.GpuSettingError, match="each index may appear once"):
         gpus.parse_gpus("1,1", "--gpus")
@@ -126,7 +126,7 @@ def test_gpu_plans(two_fake_gpus):
 
 def test_no_gpu_is_an_error(monkeypatch):
     monkeypatch.setattr(devices, "is_available", lambda kind: kind == "cpu")
-    with pytest.raises(gpus.GpuSettingError, match="no CUDA or Intel XPU device"):
+    with pytest.raises(gpus.GpuSettingError, match="torch sees no accelerator device here"):
         gpus.parse_gpus("auto", "--torch-xdist-gpus (ini x)")
 
 

@@ -18,10 +18,7 @@ import torch
 
 from pytest_torch.xdist.gpus import visible_value
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = pytest.mark.cuda(reason="CUDA_VISIBLE_DEVICES narrowing, GPU UUIDs and CUDA contexts")
 
 GIB = 2**30
 

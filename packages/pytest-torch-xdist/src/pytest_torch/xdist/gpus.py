@@ -1,8 +1,11 @@
-"""Which GPU each xdist worker uses, and how much of its memory.
+"""Which accelerator device ("GPU") each xdist worker uses, and how much of its memory.
 
-GPU indices are torch's: they count the devices this process sees, so an outer
-``CUDA_VISIBLE_DEVICES`` (or ``ZE_AFFINITY_MASK`` for Intel XPU) is honoured — index 0
-is the first visible one. Device questions go through the core device layer.
+Any accelerator type torch reports goes: CUDA, Intel XPU, or a PrivateUse1 backend
+(Ascend NPUs, say). Indices are torch's: they count the devices this process sees, so
+an outer ``CUDA_VISIBLE_DEVICES`` (or ``ZE_AFFINITY_MASK`` for Intel XPU) is honoured —
+index 0 is the first visible one. CUDA and XPU workers are narrowed to their device by
+that variable; a type without one the family knows is given its device as the
+worker's current device instead. Device questions go through the core device layer.
 """
 
 from __future__ import annotations
@@ -14,8 +17,12 @@ from pytest_torch.core import devices
 from pytest_torch.core.units import GIB
 from pytest_torch.xdist.options import GPU_MEMORY_FRACTION, XDIST_GPUS
 
-#: accelerator types a worker can be given, in order of preference
+#: accelerator types a worker can be given, in order of preference; torch's current
+#: accelerator joins them when it is another type (a PrivateUse1 backend)
 GPU_TYPES = ("cuda", "xpu")
+#: one device shared by every process, with one process-wide memory fraction: nothing to
+#: spread workers over
+UNSPREADABLE = ("mps",)
 #: memory kept back once per GPU (driver, the allocators' fragmentation) by ``auto``
 GPU_RESERVE_BYTES = GIB
 #: memory kept back for each process on a GPU by ``auto``: its CUDA/XPU context and the
@@ -33,7 +40,10 @@ class GpuSettingError(ValueError):
 
 def gpu_type() -> str | None:
     """The accelerator type workers are spread over: the first with devices."""
-    for kind in GPU_TYPES:
+    kinds = [*GPU_TYPES, *(t for t in devices.accelerator_types() if t not in GPU_TYPES)]
+    for kind in kinds:
+        if kind in UNSPREADABLE:
+            continue
         if devices.is_available(kind) and devices.device_count(kind) > 0:
             return kind
     return None
@@ -66,19 +76,21 @@ def parse_gpus(value: object, source: str) -> GpuPlan:
     kind = gpu_type()
     if kind is None:
         raise GpuSettingError(
-            f"{source}: this machine has no CUDA or Intel XPU device that torch can use;"
-            f" run without {source.split()[0]} (tests needing a GPU are then skipped)."
+            f"{source}: torch sees no accelerator device here (CUDA, Intel XPU, or a"
+            " PrivateUse1 backend through torch.accelerator; Apple MPS has one device"
+            f" that every process shares); run without {source.split()[0]}."
         )
     count = devices.device_count(kind)
     if indices is None:
         return GpuPlan(kind, tuple(range(count)))
     missing = [i for i in indices if not 0 <= i < count]
     if missing or len(set(indices)) != len(indices):
-        visible = VISIBILITY_VARIABLES[kind]
+        visible = VISIBILITY_VARIABLES.get(kind)
+        after = f" (after {visible})" if visible else ""
         raise GpuSettingError(
-            f"{source}: GPU {', '.join(map(str, missing)) or 'indices'} not usable: this"
-            f" process sees {count} {kind} device(s), numbered 0..{count - 1} (after"
-            f" {visible}), and each index may appear once; got {value!r}"
+            f"{source}: device {', '.join(map(str, missing)) or 'indices'} not usable: this"
+            f" process sees {count} {kind} device(s), numbered 0..{count - 1}{after}, and"
+            f" each index may appear once; got {value!r}"
         )
     return GpuPlan(kind, indices)
 

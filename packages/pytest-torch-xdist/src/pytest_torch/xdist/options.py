@@ -62,15 +62,16 @@ def parse_fraction(value: object, source: str) -> float | str | None:
 XDIST_GPUS_OPTION = Option(
     XDIST_GPUS,
     "torch_xdist_gpus",
-    "Spread xdist workers round-robin over these GPUs (CUDA or XPU): 0,1 or auto (all visible).",
+    "Spread xdist workers round-robin over these accelerator devices (CUDA, XPU, or the"
+    " PrivateUse1 backend torch reports): 0,1 or auto (all visible).",
     parse=unparsed,  # checked against the GPUs the machine has, by the controller
     metavar="LIST",
 )
 GPU_MEMORY_FRACTION_OPTION = Option(
     GPU_MEMORY_FRACTION,
     "torch_gpu_memory_fraction",
-    "Cap each worker's share of its GPU's memory: auto (split between the workers sharing"
-    " it) or a number in (0, 1].",
+    "Cap each worker's share of its accelerator device's memory: auto (split between the"
+    " workers sharing it) or a number in (0, 1].",
     parse=checked(parse_fraction),
     metavar="FRACTION",
 )

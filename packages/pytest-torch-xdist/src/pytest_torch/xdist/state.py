@@ -32,6 +32,9 @@ class XdistSession:
         self.assignments: list[Assignment] = []  # controller: one per worker
         self.assignment: Assignment | None = None  # worker: its own
         self.device: str | None = None  # what the worker's GPU is called in the worker
+        #: the current device before the worker made its own device current (a type no
+        #: visibility variable narrows), put back at the end
+        self.device_before: str | None = None
         self.fraction_device: str | None = None
         #: the fraction in force before ours (torch's default 1.0 unless someone set one)
         self.fraction_before = 1.0

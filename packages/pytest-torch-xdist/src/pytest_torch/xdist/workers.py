@@ -85,7 +85,7 @@ def plan_assignments(
     cannot work (a share too small, a spec that narrows the GPUs itself)."""
     plan = session.gpus
     assert plan is not None
-    variable = gpus.VISIBILITY_VARIABLES[plan.kind] if session.narrow else None
+    variable = gpus.VISIBILITY_VARIABLES.get(plan.kind) if session.narrow else None
     if variable is not None:
         for spec in tx_specs:
             if f"env:{variable}=" in str(spec):
@@ -169,6 +169,12 @@ def configure_worker(
         else:
             session.device = target
             devices.set_current_device(target)
+    elif assignment.kind not in gpus.VISIBILITY_VARIABLES:
+        # no variable narrows this type: the device becomes the worker's current one,
+        # where work on a bare "<type>" goes
+        session.device = target
+        session.device_before = str(devices.default_device(assignment.kind))
+        devices.set_current_device(target)
     if assignment.fraction is not None:
         _set_fraction(session, target, assignment.fraction, settings.fraction_source)
     lock_dir = workerinput.get(LOCK_DIR_KEY)
@@ -205,6 +211,9 @@ def undo(session: XdistSession) -> None:
     if session.fraction_device is not None:
         devices.set_memory_fraction(session.fraction_device, session.fraction_before)
         session.fraction_device = None
+    if session.device_before is not None:
+        devices.set_current_device(session.device_before)
+        session.device_before = None
     if session.owns_lock_dir and session.lock_dir is not None:
         shutil.rmtree(session.lock_dir, ignore_errors=True)
         session.owns_lock_dir = False
