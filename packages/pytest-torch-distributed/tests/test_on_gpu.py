@@ -6,10 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = pytest.mark.cuda(reason="nccl, one CUDA GPU per rank")
 
 TWO_GPUS = pytest.mark.skipif(
     torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (nccl, one per rank)"

@@ -39,7 +39,13 @@ class Plan:
 
     def describe(self) -> str:
         shown = self.devices[0] if len(set(self.devices)) == 1 else ", ".join(self.devices)
-        return f"{self.world_size} ranks, {self.backend} on {shown}"
+        text = f"{self.world_size} ranks, {self.backend} on {shown}"
+        if self.device_type != "cpu" and self.backend == "gloo":
+            text += (
+                f" ({self.device_type} has no collective backend of its own in this torch:"
+                " gloo takes the CPU tensors)"
+            )
+        return text
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,18 @@ def make_plan(
     ``torch_device`` type, if it is parametrized by one."""
     timeout = arguments.timeout or default_timeout
     world = arguments.world_size
-    if arguments.device is not None:
+    wanted: tuple[str, ...]
+    if arguments.device is not None and test_device is not None:
+        if test_device not in arguments.device:
+            skip = (
+                f"this variant's torch_device is {test_device}, and the marker's"
+                f" device={arguments.device!r} does not include it: its ranks would run"
+                f" on another device than torch_device says"
+            )
+            backend = arguments.backend or default_backend(test_device)
+            return Plan(world, backend, test_device, (), timeout, skip=skip)
+        wanted = (test_device,)
+    elif arguments.device is not None:
         wanted = arguments.device
     elif test_device is not None:
         wanted = (test_device,)
