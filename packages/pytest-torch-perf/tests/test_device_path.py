@@ -74,6 +74,21 @@ def test_without_a_chosen_device_the_inputs_decide_as_before():
     assert work_device(None, lambda: 1, (), {}) == torch.device("cpu")
 
 
+def test_without_inputs_what_a_callable_holds_decides():
+    """``lambda: model(x)`` on a GPU: timed without synchronising that GPU it would be
+    timed at its kernel launches only."""
+    import functools
+
+    meta = torch.device("meta")
+    model = torch.nn.Linear(2, 2, device="meta")
+    x = torch.ones(2, device="meta")
+    assert work_device(None, lambda: model(x), (), {}) == meta  # the closure's cells
+    assert work_device(None, lambda: x * 2, (), {}) == meta
+    assert work_device(None, model.forward, (), {}) == meta  # a bound method's module
+    assert work_device(None, functools.partial(torch.add, x), (), {}) == meta
+    assert work_device(None, lambda: torch.ones(2), (), {}) == torch.device("cpu")
+
+
 def test_the_chosen_device_wins_where_the_inputs_say_nothing_else():
     cuda1 = torch.device("cuda", 1)
     # a callable that closes over its tensors: nothing to infer from

@@ -4,6 +4,7 @@ its thread count, the mode it runs in. Shared by every engine."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -23,17 +24,39 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
 
 
 def infer_device(target: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.device:
-    """The device the work runs on: the inputs', else the module's parameters', else cpu."""
+    """The device the work runs on: the inputs', else the module's parameters', else
+    those of the tensors and modules a callable closes over (``lambda: model(x)``: a
+    GPU model timed without synchronising its GPU would be timed at its launches only),
+    else cpu."""
     import torch
 
     for tensor in _tensors((inputs, kwargs)):
         return tensor.device
-    if isinstance(target, torch.nn.Module):
-        for tensor in target.parameters():
-            return tensor.device
-        for tensor in target.buffers():
-            return tensor.device
+    for held in (target, *_captured(target)):
+        if isinstance(held, torch.Tensor):
+            return held.device
+        if isinstance(held, torch.nn.Module):
+            for tensor in held.parameters():
+                return tensor.device
+            for tensor in held.buffers():
+                return tensor.device
     return torch.device("cpu")
+
+
+def _captured(target: Any) -> list[Any]:
+    """What a callable holds: a closure's cells, a bound method's object, a
+    ``functools.partial``'s arguments (one level: enough for a test's own lambda)."""
+    held: list[Any] = []
+    function = getattr(target, "__func__", target)
+    for cell in getattr(function, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            held.append(cell.cell_contents)
+    owner = getattr(target, "__self__", None)
+    if owner is not None:
+        held.append(owner)
+    if isinstance(target, functools.partial):
+        held.extend((*target.args, *target.keywords.values()))
+    return held
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
