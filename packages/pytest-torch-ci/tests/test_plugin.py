@@ -193,24 +193,23 @@ def test_workers_write_artifacts_under_xdist(pytester):
     ]
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_artifacts_of_cuda_tensors_load_on_a_machine_without_a_gpu(pytester, run):
-    """A mismatch between CUDA tensors (bfloat16 too): the heatmap is drawn and the
-    saved tensors are on the CPU, so a reviewer opens them anywhere."""
+@pytest.mark.accelerator
+def test_artifacts_of_accelerator_tensors_load_on_a_machine_without_one(pytester, run, accelerator):
+    """A mismatch between accelerator tensors (bfloat16 too): the heatmap is drawn and
+    the saved tensors are on the CPU, so a reviewer opens them anywhere."""
     pytester.makepyfile(
-        test_suite="""
+        test_suite=f"""
         import torch
         from pytest_torch.core.compare import assert_close
 
         def test_cuda():
-            expected = torch.zeros(8, 8, device="cuda", dtype=torch.bfloat16)
+            expected = torch.zeros(8, 8, device="{accelerator}", dtype=torch.bfloat16)
             actual = expected.clone()
             actual[3, 4] = 2.0
-            assert_close({"logits": actual}, {"logits": expected})
+            assert_close({{"logits": actual}}, {{"logits": expected}})
 
         def test_cuda_torch_testing():
-            expected = torch.zeros(5, device="cuda")
+            expected = torch.zeros(5, device="{accelerator}")
             torch.testing.assert_close(expected + 1, expected)
         """
     )

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from pytest_torch.core.cpus import available_cores, cpu_model
 from pytest_torch.core.fingerprint import (
@@ -88,8 +87,7 @@ def test_command_line_prints_the_key():
     assert "torch" in out
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda(reason="CUDA_VISIBLE_DEVICES narrows what the key may see")
 def test_the_key_is_the_same_whatever_gpus_are_visible():
     code = "from pytest_torch.core.fingerprint import hardware_fingerprint as h; print(h().key)"
     keys = set()

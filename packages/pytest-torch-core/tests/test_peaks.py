@@ -134,15 +134,14 @@ def test_format_bytes():
     ]
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_peak_and_start():
-    kept = torch.zeros(8 * MIB, dtype=torch.uint8, device="cuda")
-    with PeakTracker(["cuda"]) as tracker:
-        block = torch.empty(32 * MIB, dtype=torch.uint8, device="cuda")
+@pytest.mark.accelerator
+def test_accelerator_peak_and_start(accelerator):
+    kept = torch.zeros(8 * MIB, dtype=torch.uint8, device=accelerator)
+    with PeakTracker([accelerator]) as tracker:
+        block = torch.empty(32 * MIB, dtype=torch.uint8, device=accelerator)
         del block
     (peak,) = tracker.results.values()
-    assert peak.device.startswith("cuda")
+    assert peak.device.startswith(accelerator)
     assert peak.at_start >= 8 * MIB
     assert peak.added == pytest.approx(32 * MIB, rel=0.01)
     del kept
@@ -241,10 +240,9 @@ def test_the_outer_peak_after_the_inner_tracker_is_also_seen(fake_gpu):
     assert outer.results["cuda:0"].at_end == 0
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_nested_cuda_trackers():
-    device = torch.device("cuda", 0)
+@pytest.mark.accelerator
+def test_nested_accelerator_trackers(accelerator):
+    device = torch.device(accelerator, 0)
     torch.ones(1, device=device)  # initialised: the counters are live
     with PeakTracker([device]) as outer:
         big = torch.empty(256 * MIB, dtype=torch.uint8, device=device)
@@ -252,8 +250,8 @@ def test_nested_cuda_trackers():
         with PeakTracker([device]) as inner:
             small = torch.empty(16 * MIB, dtype=torch.uint8, device=device)
             del small
-    assert outer.results["cuda:0"].added == pytest.approx(256 * MIB, rel=0.01)
-    assert inner.results["cuda:0"].added == pytest.approx(16 * MIB, rel=0.01)
+    assert outer.results[f"{accelerator}:0"].added == pytest.approx(256 * MIB, rel=0.01)
+    assert inner.results[f"{accelerator}:0"].added == pytest.approx(16 * MIB, rel=0.01)
 
 
 def test_the_census_skips_fake_and_meta_tensors_without_a_warning():

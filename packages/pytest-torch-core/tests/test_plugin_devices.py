@@ -284,3 +284,32 @@ def test_the_devices_marker_restricts_unittest_methods_too(pytester, run):
         ]
     )
     assert "ran despite" not in result.stdout.str()
+
+
+@pytest.mark.accelerator
+def test_torch_device_and_torch_seed_on_the_accelerator(pytester, run, accelerator):
+    """The accelerator torch reports gets its own variant, and torch_seed seeds its
+    generators and puts them back."""
+    pytester.makepyfile(
+        f"""
+        import torch
+
+        def test_draw(torch_device, torch_seed):
+            first = torch.randn(3, device=torch_device)
+            torch.manual_seed(torch_seed)
+            assert torch.equal(torch.randn(3, device=torch_device), first)
+            assert first.device.type == torch_device.type
+            if torch_device.type != "cpu":
+                assert torch_device == torch.device("{accelerator}", 0)
+        """
+    )
+    module = torch.get_device_module(accelerator)
+    torch.ones(1, device=accelerator)  # initialised: its generators have a state to keep
+    before = module.get_rng_state_all()
+    result = run("-v", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        ["*test_draw[[]cpu[]] PASSED*", f"*test_draw[[]{accelerator}[]] PASSED*"]
+    )
+    after = module.get_rng_state_all()
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))

@@ -64,24 +64,24 @@ def test_restore_puts_back_the_previous_streams():
     assert torch.equal(got[2], expected[2])
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_generators_are_seeded_and_restored():
-    torch.ones(1, device="cuda")  # initialised: its state is captured, not re-seeded
-    untouched = torch.cuda.get_rng_state_all()
+@pytest.mark.accelerator
+def test_accelerator_generators_are_seeded_and_restored(accelerator):
+    module = torch.get_device_module(accelerator)
+    torch.ones(1, device=accelerator)  # initialised: its state is captured, not re-seeded
+    untouched = module.get_rng_state_all()
     snapshot = seeding.capture()
     seeding.seed_all(1234)
-    first = torch.randn(8, device="cuda")
+    first = torch.randn(8, device=accelerator)
     seeding.seed_all(1234)
-    assert torch.equal(torch.randn(8, device="cuda"), first)
+    assert torch.equal(torch.randn(8, device=accelerator), first)
+    assert not torch.equal(torch.randn(8, device=accelerator), first)
     seeding.restore(snapshot)
     assert all(
-        torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), untouched, strict=True)
+        torch.equal(a, b) for a, b in zip(module.get_rng_state_all(), untouched, strict=True)
     )
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda(reason="CUDA seeds itself at its lazy initialisation")
 def test_an_uninitialised_cuda_is_left_for_its_default_seed(tmp_path):
     """capture() must not create a context; after restore, CUDA's first draws are the
     ones a fresh process gets."""

@@ -312,3 +312,21 @@ def test_every_verdict_on_real_models(pytester, run):
     result = run("-v")
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=20)
+
+
+@pytest.mark.accelerator
+def test_on_an_accelerator_dropout_is_randomness_and_an_eval_model_deterministic(accelerator):
+    """The device's own generator is reseeded with the CPU's: dropout on the device is
+    named as randomness, not as a kernel that varies."""
+    import torch
+
+    from pytest_torch.determinism import assert_deterministic, diagnose_nondeterminism
+
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(8, 2)
+    ).to(accelerator)
+    x = torch.randn(4, 8, device=accelerator)
+    result = diagnose_nondeterminism(model.train(), x)
+    assert result.category == "Randomness-driven", str(result)
+    assert result.first_divergence == "`2` (Dropout)"
+    assert_deterministic(model.eval(), x)

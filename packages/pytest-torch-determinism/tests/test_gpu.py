@@ -16,10 +16,9 @@ import torch
 
 from pytest_torch.determinism import diagnose_nondeterminism
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = pytest.mark.cuda(
+    reason="cuBLAS workspace settings, cuDNN flags and the caching allocator's reused memory"
+)
 
 BINNED = """
 import torch

@@ -243,11 +243,6 @@ def test_peaks_are_gathered_from_xdist_workers(pytester):
     )
 
 
-needs_cuda = pytest.mark.skipif(
-    not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU"
-)
-
-
 def test_garbage_an_earlier_test_left_does_not_count_against_a_budget(pytester, run):
     """32 MiB dropped but kept alive by a reference cycle (the collector is off, as it
     may simply not have run yet) is allocated when the next body starts: it must not
@@ -289,8 +284,7 @@ def test_garbage_an_earlier_test_left_does_not_count_against_a_budget(pytester, 
     )
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.cuda(reason="whether a budget creates a CUDA context")
 def test_a_cpu_only_budgeted_test_creates_no_cuda_context(pytester):
     """On a GPU machine a budget measures every selected device; asking about CUDA
     must not set it up (a context costs ~0.5 GB and breaks forked children)."""
@@ -315,34 +309,38 @@ def test_a_cpu_only_budgeted_test_creates_no_cuda_context(pytester):
     result.assert_outcomes(passed=3)
 
 
-@pytest.mark.gpu
-@needs_cuda
-def test_cuda_budget_and_assert_max_memory(pytester):
+@pytest.mark.accelerator
+def test_accelerator_budget_and_assert_max_memory(pytester, accelerator):
     pytester.makepyfile(
-        """
+        f"""
         import pytest, torch
         from pytest_torch.memory import MemoryBudgetError, assert_max_memory
 
-        @pytest.mark.torch_max_memory(mb=16, device="cuda")
+        @pytest.mark.torch_max_memory(mb=16, device="{accelerator}")
         def test_over():
-            x = torch.empty(48 * 2**20, dtype=torch.uint8, device="cuda")
+            x = torch.empty(48 * 2**20, dtype=torch.uint8, device="{accelerator}")
             del x
 
-        @pytest.mark.torch_max_memory(mb=64, device="cuda")
+        @pytest.mark.torch_max_memory(mb=64, device="{accelerator}")
         def test_fits():
-            torch.empty(8 * 2**20, dtype=torch.uint8, device="cuda")
+            torch.empty(8 * 2**20, dtype=torch.uint8, device="{accelerator}")
 
         def test_assert():
-            with pytest.raises(MemoryBudgetError, match="peak memory on cuda:0 was 32.0 MiB"):
+            with pytest.raises(
+                MemoryBudgetError, match="peak memory on {accelerator}:0 was 32.0 MiB"
+            ):
                 assert_max_memory(
-                    lambda: torch.empty(32 * 2**20, dtype=torch.uint8, device="cuda"),
+                    lambda: torch.empty(32 * 2**20, dtype=torch.uint8, device="{accelerator}"),
                     mb=4,
-                    device="cuda",
+                    device="{accelerator}",
                 )
         """
     )
     result = pytester.runpytest_subprocess("-p", "torch_memory", "-p", "no:randomly")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
-        ["*peak memory on cuda:0 was 48.0 MiB, over the torch_max_memory budget of 16 MiB*"]
+        [
+            f"*peak memory on {accelerator}:0 was 48.0 MiB, over the torch_max_memory budget"
+            " of 16 MiB*"
+        ]
     )

@@ -391,13 +391,14 @@ def test_leaks_are_checked_in_xdist_workers(pytester):
     result.stdout.fnmatch_lines(["*held by list `kept` in module `test_leaks_are_checked*`"])
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_leak_in_bytes_and_cuda_peak(pytester, run):
+@pytest.mark.accelerator
+def test_accelerator_leak_in_bytes_and_accelerator_peak(pytester, run, accelerator):
     pytester.makepyfile(
-        """
+        f"""
         import pytest
         import torch
+
+        DEVICE = "{accelerator}"
 
         class Cache:
             def __init__(self):
@@ -406,26 +407,26 @@ def test_cuda_leak_in_bytes_and_cuda_peak(pytester, run):
         cache = Cache()
 
         @pytest.mark.torch_memory_leak(iterations=3)
-        def test_cuda_leak():
-            cache.blocks.append(torch.empty(2**20, dtype=torch.uint8, device="cuda"))
+        def test_device_leak():
+            cache.blocks.append(torch.empty(2**20, dtype=torch.uint8, device=DEVICE))
 
         @pytest.mark.torch_memory_leak(iterations=3)
-        def test_cuda_clean():
-            torch.ones(2**20, device="cuda").sum().item()
+        def test_device_clean():
+            torch.ones(2**20, device=DEVICE).sum().item()
 
-        @pytest.mark.torch_max_memory(mb=16, device="cuda")
-        def test_cuda_over():
-            torch.empty(32 * 2**20, dtype=torch.uint8, device="cuda")
+        @pytest.mark.torch_max_memory(mb=16, device=DEVICE)
+        def test_device_over():
+            torch.empty(32 * 2**20, dtype=torch.uint8, device=DEVICE)
         """
     )
     result = run()
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(
         [
-            "*bytes allocated on cuda:* after each run: * (+1.0 MiB per run; tolerance 0 B)",
+            f"*bytes allocated on {accelerator}:* after each run: * (+1.0 MiB per run; tolerance 0 B)",
             "*held by list in attribute `blocks` of a `Cache` object*",
             # the leak test's blocks are still alive: they count as allocated at the start
-            "peak memory on cuda:* was * MiB, over the torch_max_memory budget of 16 MiB*",
+            f"peak memory on {accelerator}:* was * MiB, over the torch_max_memory budget of 16 MiB*",
             "  added by the test body at its peak:            32.0 MiB",
         ]
     )

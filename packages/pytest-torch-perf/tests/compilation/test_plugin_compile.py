@@ -6,7 +6,6 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
-import torch
 
 pytestmark = pytest.mark.usefixtures("torch_seed")
 
@@ -306,8 +305,7 @@ def test_b():
     } == {("compiles", "2"), ("recompiles", "1"), ("graph_breaks", "0"), ("verdict", "ok")}
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda(reason="inductor generates Triton code for CUDA GPUs")
 def test_on_a_gpu_with_the_default_backend(pytester, run):
     """inductor generating GPU code: a recompile and a graph break are still counted at
     the user's lines, the compile time includes code generation, and a clean model passes

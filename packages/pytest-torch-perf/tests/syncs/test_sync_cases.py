@@ -280,8 +280,7 @@ def test_cudas_own_check_is_armed_only_where_cuda_is_in_use_and_restored(monkeyp
     assert calls == ["warn", 0]  # armed for the call, then put back
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda(reason="the host-sync check arms CUDA's own sync debug mode")
 def test_cudas_own_check_is_armed_when_the_call_itself_starts_cuda(pytester):
     pytester.makepyfile(
         """
@@ -300,8 +299,7 @@ def test_cudas_own_check_is_armed_when_the_call_itself_starts_cuda(pytester):
     pytester.runpytest_subprocess("-p", "no:randomly").assert_outcomes(passed=1)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda(reason="the host-sync check arms CUDA's own sync debug mode")
 def test_a_sync_free_cuda_training_step_passes_and_allow_names_work_on_cuda():
     """The real thing on a GPU: an optimizer step with clip_grad_norm_ raises nothing
     (CUDA's own check armed too), and allow= accepts a known .item() there."""

@@ -87,8 +87,7 @@ def test_the_check_agrees_with_the_label(pattern):
         assert not events, f"{pattern.name} does not sync on a GPU ({pattern.reason}):\n{found}"
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda(reason="the catalogue's labels are checked against CUDA's sync debug mode")
 @pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.name)
 def test_the_label_holds_on_cuda(pattern):
     code = pattern.build(torch.device("cuda"))

@@ -169,25 +169,26 @@ def test_an_unknown_engine_names_every_one(pytester, run):
     )
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_counts_are_filed_under_the_device_and_budgets_count_gpu_work(pytester, run):
+@pytest.mark.accelerator
+def test_accelerator_counts_are_filed_under_the_device_and_budgets_count_its_work(
+    pytester, run, accelerator
+):
     pytester.makepyfile(
-        test_suite="""
+        test_suite=f"""
         import pytest, torch
 
         def test_mlp(perf_baseline):
-            model = torch.nn.Linear(64, 64).cuda()
-            perf_baseline(model, torch.ones(4, 64, device="cuda"))
+            model = torch.nn.Linear(64, 64).to("{accelerator}")
+            perf_baseline(model, torch.ones(4, 64, device="{accelerator}"))
 
         @pytest.mark.torch_max_flops(gflops=0.00001)
         def test_over():
-            torch.nn.Linear(64, 64).cuda()(torch.ones(4, 64, device="cuda"))
+            torch.nn.Linear(64, 64).to("{accelerator}")(torch.ones(4, 64, device="{accelerator}"))
         """
     )
     run(FLOPS, "--torch-update-perf", "-k", "mlp").assert_outcomes(passed=1)
     (key,) = _document(pytester)["flops"]
-    assert key.endswith("device=cuda")
+    assert key.endswith(f"device={accelerator}")
     assert _document(pytester)["flops"][key]["test_suite.py::test_mlp"]["total"] == 2 * 4 * 64 * 64
     result = run(FLOPS)
     result.assert_outcomes(passed=1, failed=1)
