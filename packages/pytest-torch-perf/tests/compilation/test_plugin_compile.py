@@ -338,7 +338,46 @@ def test_cuda_one_graph():
             "recompiles: *, allowed 0",
             "*guard failed: tensor * size mismatch at index 0. expected 8, actual 16",
             "graph breaks: 1, allowed 0",
-            '*print("batch", y.shape)',
+            '*print("batch", y.shape)*',
             "*::test_cuda_recompiles * over budget",
+        ]
+    )
+
+
+@pytest.mark.accelerator
+def test_on_any_accelerator_with_aot_eager(pytester, run, accelerator):
+    """torch.compile's health on the accelerator's tensors (aot_eager: any device has
+    it): a recompile and a graph break are counted at the user's lines, and a clean
+    model passes assert_no_graph_breaks there."""
+    pytester.makepyfile(
+        MODELS
+        + f"""
+from pytest_torch.perf import assert_no_graph_breaks
+
+DEVICE = "{accelerator}"
+
+
+@pytest.mark.torch_compile_budget(recompiles=0)
+def test_device_recompiles():
+    model = torch.compile(Printing().to(DEVICE), backend="aot_eager")
+    for batch in (8, 16):
+        model(torch.randn(batch, 4, device=DEVICE))
+
+
+def test_device_one_graph():
+    block = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU()).to(DEVICE)
+    out = assert_no_graph_breaks(block, torch.randn(2, 16, device=DEVICE))
+    assert out.device.type == DEVICE
+"""
+    )
+    result = run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "recompiles: *, allowed 0",
+            "*guard failed: tensor * size mismatch at index 0. expected 8, actual 16",
+            "graph breaks: 1, allowed 0",
+            '*print("batch", y.shape)*',
+            "*::test_device_recompiles * over budget",
         ]
     )
