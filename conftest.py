@@ -449,6 +449,10 @@ def _no_accelerator_reason() -> str:
     if _emulator_problem:
         return f"needs an accelerator; the emulated one could not be built: {_emulator_problem[0]}"
     hint = f" (run with {EMULATOR_OPTION} for the emulated one)" if EMULATOR.is_dir() else ""
+    accel = getattr(torch, "accelerator", None)
+    current = accel.current_accelerator() if accel is not None else None
+    if current is not None and current.type == "mps":
+        return f"needs an accelerator other than Apple MPS, whose memory and timing differ{hint}"
     return f"needs an accelerator: torch reports none here{hint}"
 
 
