@@ -294,7 +294,10 @@ def _visible_works(value: str) -> bool:
 
 @pytest.mark.parametrize("form", ["index", "uuid"])
 def test_an_outer_cuda_visible_devices_is_honoured(pytester, log, run_workers, monkeypatch, form):
-    outer = _first_gpu() if form == "index" else f"GPU-{_uuid(0)}"
+    # read before the variable narrows this process: CUDA set up under it would see one GPU
+    # for the rest of the session
+    expected_uuid = _uuid(0)
+    outer = _first_gpu() if form == "index" else f"GPU-{expected_uuid}"
     if form == "uuid" and not _visible_works(outer):
         pytest.skip(f"CUDA here does not accept CUDA_VISIBLE_DEVICES={outer} (MIG?)")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", outer)
@@ -315,4 +318,4 @@ def test_an_outer_cuda_visible_devices_is_honoured(pytester, log, run_workers, m
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([f"  gw0: cuda:0 (CUDA_VISIBLE_DEVICES={outer}), *"])
     records = _lines(log)
-    assert {(r["visible"], r["count"], r["uuid"]) for r in records} == {(outer, 1, _uuid(0))}
+    assert {(r["visible"], r["count"], r["uuid"]) for r in records} == {(outer, 1, expected_uuid)}
