@@ -76,17 +76,23 @@ def _cuda_state() -> dict[str, Any]:
     }
 
 
+def _current_accelerator() -> str | None:
+    """The type of the accelerator this torch build reports, present or not."""
+    accel = getattr(torch, "accelerator", None)
+    current = accel.current_accelerator() if accel is not None else None
+    return None if current is None else str(current.type)
+
+
 def _accelerator_state() -> dict[str, Any]:
     """The generators and current device of an accelerator other than CUDA that torch
     reports (the emulated one under --emulated-accelerator), once it is set up."""
-    accel = getattr(torch, "accelerator", None)
-    current = accel.current_accelerator() if accel is not None else None
-    if current is None or current.type in ("cuda", "mps"):
+    kind = _current_accelerator()
+    if kind is None or kind in ("cuda", "mps"):
         return {}
-    module = torch.get_device_module(current.type)
+    module = torch.get_device_module(kind)
     if not module.is_initialized():
         return {}
-    name = f"torch.{current.type}"
+    name = f"torch.{kind}"
     return {
         f"{name}.get_rng_state_all()": [s.tolist() for s in module.get_rng_state_all()],
         f"{name}.current_device()": module.current_device(),
@@ -385,6 +391,8 @@ EMULATOR = Path(__file__).resolve().parent / "tests" / "emulator"
 EMULATOR_OPTION = "--emulated-accelerator"
 #: why the emulator could not be loaded, when it was asked for and could not be
 _emulator_problem: list[str] = []
+#: PYTHONPATH before the emulator's folder was put on it (None: unset), put back at the end
+_pythonpath_before: list[str | None] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -428,6 +436,7 @@ def _load_emulator() -> str | None:
         sys.path.insert(0, str(site))
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if str(site) not in paths:
+        _pythonpath_before.append(os.environ.get("PYTHONPATH"))
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(site), *paths] if p)
     import pytest_torch_emulator  # type: ignore[import-not-found]
 
@@ -435,23 +444,31 @@ def _load_emulator() -> str | None:
     return None
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # the emulator stays loaded in this process (a backend cannot be unloaded); the
+    # processes started after this one no longer get it
+    while _pythonpath_before:
+        before = _pythonpath_before.pop()
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
 def _accelerator_type() -> str | None:
     """The accelerator torch reports and the tests can use (not MPS: its memory and
     timing differ too much for the device-generic tests), or None."""
-    accel = getattr(torch, "accelerator", None)
-    if accel is None or not accel.is_available():
+    kind = _current_accelerator()
+    if kind is None or kind == "mps" or not torch.accelerator.is_available():
         return None
-    current = accel.current_accelerator()
-    return None if current is None or current.type == "mps" else str(current.type)
+    return kind
 
 
 def _no_accelerator_reason() -> str:
     if _emulator_problem:
         return f"needs an accelerator; the emulated one could not be built: {_emulator_problem[0]}"
     hint = f" (run with {EMULATOR_OPTION} for the emulated one)" if EMULATOR.is_dir() else ""
-    accel = getattr(torch, "accelerator", None)
-    current = accel.current_accelerator() if accel is not None else None
-    if current is not None and current.type == "mps":
+    if _current_accelerator() == "mps":
         return f"needs an accelerator other than Apple MPS, whose memory and timing differ{hint}"
     return f"needs an accelerator: torch reports none here{hint}"
 
