@@ -13,8 +13,11 @@ folder (``examples/`` by default), with this Python:
 6. the failure gallery: what a failing test looks like, with its artifacts.
 
 With ``--copy-to DIR`` it runs in a fresh copy of the examples made there (what the
-test run does, so that the checkout is left as it was). ``tox -e demo`` runs it in
-``examples/``. Stops at the first step that fails, with that step's exit status.
+test run does, so that the checkout is left as it was). ``--without-instruction-counts``
+leaves out steps 5 and 6: the test run does, because pytest-torch-perf's own tests run
+the same sessions under Valgrind (record, then compare) with assertions on their output,
+and a session under Valgrind is the costliest thing in the run. ``tox -e demo`` runs
+every step, in ``examples/``. Stops at the first step that fails, with that step's exit status.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from release_check import GENERATED_FILES
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def steps(pytest_args: list[str]) -> list[tuple[str, list[str]]]:
+def steps(
+    pytest_args: list[str], *, instruction_counts: bool = True
+) -> list[tuple[str, list[str]]]:
     """(what it shows, the arguments to this Python) for each step, in order."""
     return [
         (
@@ -62,7 +67,7 @@ def steps(pytest_args: list[str]) -> list[tuple[str, list[str]]]:
                 " --torch-benchmark-plot=benchmark-results"
             ),
         ),
-        *instruction_steps(),
+        *(instruction_steps() if instruction_counts else []),
         (
             "the failure gallery: failing tests, with their heatmaps and tensors",
             shlex.split("failure_gallery.py --torch-failure-artifacts=failure-artifacts"),
@@ -97,12 +102,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=Path, default=EXAMPLES, help="the examples folder")
     parser.add_argument("--copy-to", type=Path, help="run in a fresh copy of the examples here")
+    parser.add_argument(
+        "--without-instruction-counts",
+        action="store_true",
+        help="leave out the two sessions under Valgrind (perf's own tests run them)",
+    )
     options, pytest_args = parser.parse_known_args(argv)
     if options.copy_to is not None:
         shutil.rmtree(options.copy_to, ignore_errors=True)
         shutil.copytree(options.examples, options.copy_to, ignore=GENERATED_FILES)
         options.examples = options.copy_to
-    for number, (shows, args) in enumerate(steps(pytest_args), 1):
+    chosen = steps(pytest_args, instruction_counts=not options.without_instruction_counts)
+    if options.without_instruction_counts:
+        print("(instruction counts under Valgrind left out: --without-instruction-counts)")
+    for number, (shows, args) in enumerate(chosen, 1):
         print(f"\n== demo {number}: {shows}\n+ python {' '.join(args)}", flush=True)
         status = subprocess.call([sys.executable, *args], cwd=options.examples)
         if status != 0:

@@ -47,16 +47,12 @@ ALL = {f"pytest-torch-{name}" for name in PLUGINS} | {"pytest-torch"}
 SCENARIOS = [
     # (requirement, the family's distributions it must install, example files to run,
     #  documentation pages whose snippets must run)
-    ("pytest-torch", ALL, ["tests"], ["index.md"]),
-    # installs what pytest-torch does, whose examples run: here the extra must resolve
+    # the whole example suite runs in the demo (tox -e suite); here the plugins whose
+    # examples need no other plugin run theirs against the installed wheels, alone
+    ("pytest-torch", ALL, [], ["index.md"]),
+    # installs what pytest-torch does: here the extra must resolve
     ("pytest-torch[perf]", ALL, [], []),
     ("pytest-torch-core", {"pytest-torch-core"}, [], ["core.md"]),
-    (
-        "pytest-torch-perf",
-        {"pytest-torch-core", "pytest-torch-perf"},
-        ["tests/test_performance.py", "tests/test_compile.py", "tests/test_benchmarks.py"],
-        ["performance.md", "benchmark-suites.md"],
-    ),
     ("pytest-torch-memory", {"pytest-torch-core", "pytest-torch-memory"}, [], ["memory.md"]),
     (
         "pytest-torch-determinism",
@@ -71,6 +67,13 @@ SCENARIOS = [
         {"pytest-torch-core", "pytest-torch-distributed"},
         ["tests/test_distributed_training.py"],
         ["distributed.md"],
+    ),
+    # last: the longest, on both cores once the suite env, run beside it, is done
+    (
+        "pytest-torch-perf",
+        {"pytest-torch-core", "pytest-torch-perf"},
+        ["tests/test_performance.py", "tests/test_compile.py", "tests/test_benchmarks.py"],
+        ["performance.md", "benchmark-suites.md"],
     ),
 ]
 #: with any part of the family installed: every public name at pytest_torch resolves, or
@@ -277,8 +280,7 @@ def install_and_run(dist: Path, work: Path, version: str, *, tests: bool = False
             suite = work / f"examples-{len(installed)}-{requirement.replace('[', '-')[:30]}"
             shutil.copytree(REPO / "examples", suite, ignore=GENERATED_FILES)
             pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-            perf_examples = [e for e in examples if e in ("tests", "tests/test_performance.py")]
-            if perf_examples:
+            if "tests/test_performance.py" in examples:
                 run(*pytest, "--torch-update-perf", "tests/test_performance.py", cwd=suite)
             summary = run(*pytest, *examples, cwd=suite).strip().splitlines()[-1]
             print(f"  examples {' '.join(examples)}: {summary.strip('= ')}")
@@ -304,7 +306,6 @@ def main() -> int:
     parser.add_argument(
         "--tests", action="store_true", help="each scenario runs its package's own tests"
     )
-    parser.add_argument("--demo", action="store_true", help="everything installed runs the demo")
     options = parser.parse_args()
     # our lines and the output of the runs shown in between must come in order
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]

@@ -68,6 +68,23 @@ def test_tox_runs_every_package_alone_and_together_lint_docs_release_and_demo():
     assert re.search(r"^torch==2\.13\.0$", constraints, re.M)
 
 
+def test_the_test_runs_demo_leaves_out_only_the_sessions_under_valgrind(monkeypatch):
+    """tox -e demo shows every step; the test run leaves out the two Valgrind sessions
+    (pytest-torch-perf's tests run them), and nothing else."""
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))  # as when the script runs
+    demo = runpy.run_path(str(REPO / "scripts" / "demo.py"), run_name="demo")
+    monkeypatch.setattr(demo["shutil"], "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(demo["sys"], "platform", "linux")
+    every = [" ".join(args) for _, args in demo["steps"]([])]
+    shown = [" ".join(args) for _, args in demo["steps"]([], instruction_counts=False)]
+    left_out = [step for step in every if step not in shown]
+    assert len(every) == 7 and shown == [step for step in every if step not in left_out]
+    assert len(left_out) == 2
+    assert all("--torch-perf-measure=instructions" in step for step in left_out)
+    assert "--torch-update-perf" in left_out[0] and "--torch-update-perf" not in left_out[1]
+    assert "--without-instruction-counts" in (REPO / "tox.ini").read_text()
+
+
 def test_every_package_has_its_own_readme_typing_marker_and_build_settings():
     for folder in FOLDERS:
         pyproject = tomllib.loads((folder / "pyproject.toml").read_text())

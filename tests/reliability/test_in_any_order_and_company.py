@@ -159,7 +159,9 @@ def suites(tmp_path_factory) -> dict[str, tuple[Path, dict[str, str]]]:
 
 
 @pytest.mark.skipif("randomly" in MISSING, reason="needs pytest-randomly (tox -e suite has it)")
-@pytest.mark.parametrize("seed", [1, 2, 3])
+# one shuffled order here and another (seed 4) beside the common plugins below; every
+# package's own suite runs in a fresh random order on each test run besides
+@pytest.mark.parametrize("seed", [1])
 @pytest.mark.parametrize("suite", ["examples", "generated"])
 def test_same_outcomes_in_random_order(suites, suite, seed):
     folder, expected = suites[suite]
