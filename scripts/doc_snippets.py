@@ -98,7 +98,7 @@ def main(pages: list[str]) -> int:
                     cwd=folder, capture_output=True, text=True,
                 )  # fmt: skip
             summary = (result.stdout.strip().splitlines() or ["(no output)"])[-1].strip("= ")
-            if result.returncode != 0:
+            if result.returncode != 0 or " passed" not in f" {summary}":
                 failed += 1
                 print(result.stdout[-4000:], result.stderr[-2000:], sep="\n")
         print(f"{page.name}: {ran} code blocks ran; example tests: {summary}")

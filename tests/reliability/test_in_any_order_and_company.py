@@ -25,6 +25,10 @@ OTHERS = {
 MISSING = [name for name, module in OTHERS.items() if importlib.util.find_spec(module) is None]
 WITHOUT_OTHERS = [arg for name in OTHERS for arg in ("-p", f"no:{name}")]
 
+# the suites' written-order runs (the module's fixture, a minute) are made once: under
+# `-n 2 --dist loadgroup` (tox -e suite) every test of this module runs on one worker
+pytestmark = pytest.mark.xdist_group("suites-in-any-order")
+
 GENERATED = """
 import pytest
 import torch
