@@ -281,7 +281,9 @@ def test_cpu_baseline_records_and_compares_peak_memory(pytester, run, quiet_mach
 
 
 @pytest.mark.accelerator
-def test_accelerator_baseline_records_and_compares_peak_memory(pytester, run, accelerator):
+def test_accelerator_baseline_records_and_compares_peak_memory(
+    pytester, run, accelerator, quiet_machine
+):
     pytester.makepyfile(
         f"""
         import torch
@@ -372,6 +374,14 @@ def test_recording_on_a_busy_machine_records_nothing(pytester, run, busy_machine
             " processes disturbed all 3 measurements too much: *",
         ]
     )
+    result.stdout.fnmatch_lines(
+        [
+            "torch: --torch-update-perf recorded no baseline: 1 measurement(s) ran, and none"
+            " could be recorded (not recorded: machine busy; *). Re-run --torch-update-perf"
+            " on a quieter machine",
+        ]
+    )
+    assert "no test that ran called" not in result.stdout.str()
     assert not (pytester.path / ".torch-perf-baselines.json").exists()
     result = run(FAST, BUSY_CAP, "--torch-update-perf", "--torch-perf-strict", "-k", "test_speed")
     result.assert_outcomes(failed=1)

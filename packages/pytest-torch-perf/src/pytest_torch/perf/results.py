@@ -120,6 +120,13 @@ def reach_lines(session: PerfSession) -> list[str]:
     """The end-of-run line of a recording run that recorded nothing."""
     if not session.settings.update or session.pending or session.benchmark_results:
         return []
+    refused = [r for r in session.records if r.check != "budget" and r.verdict.startswith("not rec")]
+    if refused:
+        return [
+            f"torch: {UPDATE} recorded no baseline: {len(refused)} measurement(s) ran, and"
+            f" none could be recorded ({refused[0].verdict}; the table and the test reports"
+            f" say why). Re-run {UPDATE} on a quieter machine"
+        ]
     return [
         f"torch: {UPDATE} recorded no baseline: no test that ran called"
         " perf_baseline(...) (a fixture: a unittest.TestCase method cannot request it) or"
