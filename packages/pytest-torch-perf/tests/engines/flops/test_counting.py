@@ -21,6 +21,7 @@ from pytest_torch.perf.engines.flops.counting import (
     fmt_flops,
     is_matrix_work,
 )
+from pytest_torch.perf.engines.flops.judging import short_count
 
 
 @pytest.fixture(autouse=True)
@@ -112,6 +113,24 @@ def test_a_transformer_layer_in_train_mode_counts_its_attention():
     assert "aten.bmm" in counted.by_op
     assert counted.by_module["TransformerEncoderLayer"] == counted.total
     assert counted.by_module["TransformerEncoderLayer.linear1"] == 2 * tokens * d_model * ff
+
+
+def test_the_advice_for_multihead_attention_counts_it():
+    """What the end of the run advises for a fused MultiheadAttention works: with autograd
+    on, or in train mode, it counts every projection and both attention products; in
+    eval under no_grad it runs fused and counts nothing, need_weights=True or not."""
+    mha = nn.MultiheadAttention(64, 4, batch_first=True).eval()
+    x = torch.randn(2, 16, 64)
+    batch, seq, d_model = 2, 16, 64
+    exact = 2 * batch * seq * 4 * d_model * d_model + 2 * (2 * batch * seq * seq * d_model)
+    with torch.no_grad():
+        fused = count_flops(lambda: mha(x, x, x, need_weights=True))
+    assert fused.total == 0 and fused.uncounted == {"aten._native_multi_head_attention": 1}
+    assert count_flops(lambda: mha(x, x, x)).total == exact == 1_179_648  # autograd on
+    with torch.no_grad():
+        assert count_flops(lambda: mha.train()(x, x, x)).total == exact
+    advice = short_count(fused.uncounted)
+    assert "autograd on" in advice and "train mode" in advice and "need_weights" not in advice
 
 
 @pytest.mark.parametrize(

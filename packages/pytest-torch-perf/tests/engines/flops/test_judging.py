@@ -179,6 +179,24 @@ def test_over_budget_names_where_the_flops_went_and_the_budget_that_would_do():
     assert over_budget("t", now, gflops=0.0015) is None
 
 
+@pytest.mark.parametrize(
+    ("gflops", "budget"),
+    [
+        # an 8x8 matmul (1,024 FLOPs) under a budget below one FLOP: no ZeroDivisionError
+        (1e-12, "1e-12 GFLOPs (0 FLOPs: less than one FLOP) by 1,024 FLOPs"),
+        (0.0, "0.0 GFLOPs (0 FLOPs: less than one FLOP) by 1,024 FLOPs"),
+        # 2.4x the budget: in plain digits, never "1.4e+02 %"
+        (4.27e-7, "4.27e-07 GFLOPs (427 FLOPs) by 597 FLOPs (140 %)"),
+        (1e-8, "1e-08 GFLOPs (10 FLOPs) by 1,014 FLOPs (10,140 %)"),
+        (1.02e-6, "1.02e-06 GFLOPs (1,020 FLOPs) by 4 FLOPs (0.39 %)"),
+    ],
+)
+def test_any_budget_is_judged_and_its_excess_told_in_plain_digits(gflops, budget):
+    message = over_budget("t", FlopCount(1_024, by_op={"aten.mm": 1_024}), gflops=gflops)
+    assert message is not None
+    assert message.splitlines()[1] == f"  FLOPs of the test body: 1,024 FLOPs, over the budget of {budget}"
+
+
 def test_the_key_is_the_torch_release_without_its_build_tag():
     import torch
 
