@@ -120,7 +120,9 @@ def reach_lines(session: PerfSession) -> list[str]:
     """The end-of-run line of a recording run that recorded nothing."""
     if not session.settings.update or session.pending or session.benchmark_results:
         return []
-    refused = [r for r in session.records if r.check != "budget" and r.verdict.startswith("not rec")]
+    refused = [
+        r for r in session.records if r.check != "budget" and r.verdict.startswith("not rec")
+    ]
     if refused:
         return [
             f"torch: {UPDATE} recorded no baseline: {len(refused)} measurement(s) ran, and"

@@ -194,7 +194,10 @@ def test_over_budget_names_where_the_flops_went_and_the_budget_that_would_do():
 def test_any_budget_is_judged_and_its_excess_told_in_plain_digits(gflops, budget):
     message = over_budget("t", FlopCount(1_024, by_op={"aten.mm": 1_024}), gflops=gflops)
     assert message is not None
-    assert message.splitlines()[1] == f"  FLOPs of the test body: 1,024 FLOPs, over the budget of {budget}"
+    assert (
+        message.splitlines()[1]
+        == f"  FLOPs of the test body: 1,024 FLOPs, over the budget of {budget}"
+    )
 
 
 def test_the_key_is_the_torch_release_without_its_build_tag():

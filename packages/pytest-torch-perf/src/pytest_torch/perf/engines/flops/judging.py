@@ -220,7 +220,7 @@ def _limit_text(limit: int) -> str:
 
 
 def _share_over(over: int, limit: int) -> str:
-    """" (50 %)", " (140 %)", " (3,900 %)": how far over, in plain digits; nothing for a
+    """ " (50 %)", " (140 %)", " (3,900 %)": how far over, in plain digits; nothing for a
     budget of 0 FLOPs (every FLOP is over it)."""
     if not limit:
         return ""
