@@ -3,6 +3,8 @@ exact and load-free, on plain functions and unittest.TestCase methods alike."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 # the inner suites build modules, which draw from the global random generators;
@@ -111,9 +113,12 @@ def test_a_body_with_uncounted_work_is_named_at_the_end_of_the_run(pytester, run
     )
 
 
-def test_a_budget_equal_to_the_count_passes_and_measuring_fixtures_are_not_counted(
+def test_a_budget_counts_one_call_of_what_the_measuring_fixtures_measure(
     pytester, run, quiet_machine
 ):
+    """latency(model, x) and perf_baseline(model, x) in a budgeted body: the body asked
+    for the model's work once, so one call counts (not 0, not the harness's repeats,
+    whose number depends on the machine)."""
     pytester.makepyfile(
         test_suite=f"""
 import pytest, torch
@@ -126,10 +131,43 @@ def test_exact():
 
 @pytest.mark.torch_max_flops(gflops={FLOPS / 1e9!r})
 def test_with_latency(latency):
-    model(torch.ones(4, 64))
-    latency(model, torch.ones(4, 64))  # its repeated calls are the harness's work
+    latency(model, torch.ones(4, 64))
+
+@pytest.mark.torch_max_flops(gflops={FLOPS / 1e9!r})
+def test_with_baseline(perf_baseline):
+    perf_baseline(model, torch.ones(4, 64))
+
+@pytest.mark.torch_max_flops(gflops={(FLOPS - 1) / 1e9!r})
+def test_latency_over(latency):
+    latency(lambda x: model(x), torch.ones(4, 64))
+
+@pytest.mark.torch_max_flops(gflops={(FLOPS - 1) / 1e9!r})
+def test_baseline_over(perf_baseline):
+    perf_baseline(model, torch.ones(4, 64))
 """
     )
-    result = run("--torch-perf-max-time=0.05", "-rA")
-    result.assert_outcomes(passed=2)
+    result = run(
+        "--torch-perf-max-time=0.05", "--torch-update-perf", "-rA", "--junitxml=report.xml"
+    )
+    result.assert_outcomes(passed=3, failed=2)
     result.stdout.fnmatch_lines([f"test_suite.py::test_with_latency * {FLOPS:,} FLOPs *"])
+    # a budget and a baseline in one test: two rows, each with its own figures
+    result.stdout.fnmatch_lines(
+        [
+            "test_suite.py::test_with_baseline * baseline * min * recorded*",
+            f"test_suite.py::test_with_baseline::flop-budget * budget * {FLOPS:,} FLOPs *",
+        ]
+    )
+    junit = (pytester.path / "report.xml").read_text()
+    names = re.findall(
+        r'<property name="(torch_perf\.test_suite\.py::test_with_baseline[^"]*)"', junit
+    )
+    assert len(names) == len(set(names)), names
+    assert "torch_perf.test_suite.py::test_with_baseline::flop-budget.flops" in names
+    for name in ("test_latency_over", "test_baseline_over"):
+        result.stdout.fnmatch_lines(
+            [
+                f"*FLOP budget exceeded in test_suite.py::{name}:",
+                f"*FLOPs of the test body: {FLOPS:,}*",
+            ]
+        )

@@ -16,7 +16,7 @@ from pytest_torch.perf.calls import work_device
 from pytest_torch.perf.checks.latency_budget import LATENCY_BUDGET, count_call
 from pytest_torch.perf.engines import ENGINES
 from pytest_torch.perf.engines.base import CallCheck, Engine, default_tolerances
-from pytest_torch.perf.engines.flops.counting import paused
+from pytest_torch.perf.engines.flops.counting import harness_work
 from pytest_torch.perf.engines.wall import fresh_process
 from pytest_torch.perf.engines.wall.budget import Budget, check_budget
 from pytest_torch.perf.engines.wall.latency import measure_latency, sampling
@@ -95,12 +95,13 @@ def latency_measurer(item: pytest.Item, session: PerfSession) -> Callable[..., L
             )
 
         if test_budget is None or fresh_process.measuring_into() is not None:
-            with paused():  # a FLOP budget around the body counts none of the repeats
+            # a FLOP budget around the body counts one call, not the harness's repeats
+            with harness_work(target, inputs, kwargs):
                 return once()  # a fresh process only measures (see fresh_process)
         if session.engine.latency_budgets is not None:
             budget_not_judged(item, test_budget, session.engine)
         label = new_label(item, None, "latency")
-        with paused():
+        with harness_work(target, inputs, kwargs):
             outcome = check_budget(label, once, test_budget, settings.strict)
         publish(item, outcome.record)
         apply_outcome(outcome)
@@ -141,7 +142,7 @@ def baseline_checker(item: pytest.Item, session: PerfSession) -> Callable[..., O
             device=call_device(item, target, inputs, {}),
             tolerances=default_tolerances(engine, tolerances, dict(session.settings.tolerances)),
         )
-        with paused():  # a FLOP budget around the body counts none of the measuring
+        with harness_work(target, inputs, {}):  # a FLOP budget counts one call, no repeats
             outcome = engine.check_call(call, session)
         publish(item, outcome.record)
         apply_outcome(outcome)

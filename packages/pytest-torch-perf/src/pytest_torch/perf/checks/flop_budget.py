@@ -15,6 +15,7 @@ from pytest_torch.perf.engines.flops.counting import FlopCounting
 from pytest_torch.perf.engines.flops.engine import budget_record
 from pytest_torch.perf.engines.flops.judging import over_budget, short_count
 from pytest_torch.perf.engines.wall.budget import finite_number
+from pytest_torch.perf.records import PREFIX
 
 FLOP_BUDGET = MarkerSpec(
     "torch_max_flops",
@@ -72,6 +73,16 @@ class FlopBudget(Check):
         if counted.uncounted and raised is None:
             verdict += f" ({len(counted.uncounted)} op(s) not counted)"
             reach.not_acted(item, self.label, short_count(counted.uncounted))
-        row = budget_record(item.nodeid, counted, gflops, verdict)
+        row = budget_record(_label(item), counted, gflops, verdict)
         item.user_properties.extend(row.to_properties())
         return failure
+
+
+def _label(item: pytest.Item) -> str:
+    """The budget row's name: the test id, or ``<test id>::flop-budget`` where the body
+    already made a row of that name (a ``perf_baseline`` or ``latency`` call): two rows,
+    never one that mixes both, and JUnit property names that stay unique."""
+    taken = f"{PREFIX}{item.nodeid}."
+    if any(str(name).startswith(taken) for name, _ in item.user_properties):
+        return f"{item.nodeid}::flop-budget"
+    return item.nodeid

@@ -206,6 +206,25 @@ def paused() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def harness_work(target: Any, inputs: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Iterator[None]:
+    """Around a measuring fixture's work on ``target(*inputs, **kwargs)`` (``latency``,
+    ``perf_baseline``) in a body the countings running now watch (a FLOP budget's): they
+    count one call, as the body asked for one (a module under ``torch.inference_mode()``,
+    as the fixtures run it), and none of the harness's repeats, whose number depends on
+    the machine. Outside such a body it does nothing."""
+    if not _active:
+        yield
+        return
+    import torch
+
+    inference = isinstance(target, torch.nn.Module)
+    with torch.inference_mode() if inference else contextlib.nullcontext():
+        target(*inputs, **kwargs)
+    with paused():
+        yield
+
+
 def count_flops(target: Callable[..., object], *inputs: Any, **kwargs: Any) -> FlopCount:
     """The FLOPs of one call ``target(*inputs, **kwargs)``; an ``nn.Module`` is called
     under ``torch.inference_mode()`` (see the module docstring)."""
