@@ -19,6 +19,7 @@ from pytest_torch.perf.engines.flops.counting import (
     FlopCounting,
     count_flops,
     fmt_flops,
+    is_custom_op,
     is_matrix_work,
 )
 from pytest_torch.perf.engines.flops.judging import short_count
@@ -113,6 +114,55 @@ def test_a_transformer_layer_in_train_mode_counts_its_attention():
     assert "aten.bmm" in counted.by_op
     assert counted.by_module["TransformerEncoderLayer"] == counted.total
     assert counted.by_module["TransformerEncoderLayer.linear1"] == 2 * tokens * d_model * ff
+
+
+def test_a_custom_op_is_named_as_not_counted_until_it_has_a_formula():
+    """A torch.library custom op runs whole below every dispatch mode: relu(x @ w1) @ w2
+    counts 0 and is named, whatever its name; with a registered formula it counts."""
+    from torch.utils.flop_counter import flop_registry, register_flop_formula
+
+    @torch.library.custom_op("pytest_torch_tests::mlp", mutates_args=())
+    def mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w1) @ w2
+
+    x, w1, w2 = torch.randn(64, 64), torch.randn(64, 128), torch.randn(128, 64)
+    exact = 2 * 64 * 64 * 128 + 2 * 64 * 128 * 64
+    counted = count_flops(lambda: mlp(x, w1, w2))
+    assert counted.total == 0 and counted.uncounted == {"pytest_torch_tests.mlp": 1}
+    assert "register_flop_formula" in short_count(counted.uncounted)
+    op = torch.ops.pytest_torch_tests.mlp
+    try:
+
+        @register_flop_formula(op)
+        def _(x_shape, w1_shape, w2_shape, *args, out_shape=None, **kwargs):
+            return (
+                2 * x_shape[0] * w1_shape[0] * w1_shape[1]
+                + 2 * x_shape[0] * w2_shape[0] * w2_shape[1]
+            )
+
+        counted = count_flops(lambda: mlp(x, w1, w2))
+        assert counted.total == exact == 2_097_152 and counted.uncounted == {}
+    finally:
+        flop_registry.pop(op, None)
+
+
+def test_every_namespace_torch_registers_is_its_own():
+    """No op of torch's own is taken for a custom op (checked against this torch, with
+    the parts that register ops of their own when imported loaded first)."""
+    import importlib
+    import warnings
+
+    modules = ["torch._inductor.compile_fx", "torch.onnx", "torch.export", "torch._dynamo"]
+    if torch.distributed.is_available():
+        modules.append("torch.distributed.tensor")
+    with warnings.catch_warnings():  # torch's own deprecations, on import
+        warnings.simplefilter("ignore")
+        for module in modules:
+            importlib.import_module(module)
+    names = {str(name).partition(".")[0] for name in torch._C._dispatch_get_all_op_names()}
+    assert {
+        n for n in names if is_custom_op(n) and not n.startswith("pytest_torch_tests::")
+    } == set()
 
 
 def test_the_advice_for_multihead_attention_counts_it():

@@ -23,8 +23,11 @@ each op the counter ran whole (not the composites it decomposed) and keeps those
 - are named for matrix, convolution or attention work (:func:`is_matrix_work`).
 
 The name rule is checked against every operator torch registers (``test_counting``):
-it matches every op that has a formula and no pointwise op. Its limit: a kernel whose
-name says nothing of its work (a custom op called ``my_fused_block``) is not named;
+it matches every op that has a formula and no pointwise op. A custom op (one outside
+torch's own namespaces: ``torch.library.custom_op``, an extension's) runs whole, its
+kernel below every dispatch mode, so each one without a formula (registered with
+``torch.utils.flop_counter.register_flop_formula``) is named too, whatever its name.
+Its limit: a kernel of torch's own whose name says nothing of its work is not named;
 work outside torch's dispatcher (NumPy, a Triton kernel launched by hand) is not seen;
 FFTs are outside the counter's definition, like pointwise ops.
 
@@ -271,9 +274,41 @@ def _watcher(formulas: Mapping[Any, Any], uncounted: Counter[str]) -> TorchDispa
     return FormulaLessWork()  # type: ignore[no-untyped-call]
 
 
+#: torch's own operator namespaces: an op outside them is a custom op (``torch.library``,
+#: an extension's), which runs whole under the counter, whatever it computes inside
+TORCH_NAMESPACES = frozenset(
+    {"aten", "prims", "profiler", "c10d", "_c10d_functional", "_c10d_functional_autograd",
+     "_dtensor", "debugprims", "rngprims", "inductor", "inductor_prims", "quantized",
+     "quantized_decomposed", "quantization", "_quantized", "higher_order", "mkldnn",
+     "mkldnn_prepacked", "onednn", "mkl", "fbgemm", "xnnpack", "symm_mem", "sparse",
+     "static_runtime", "_native", "_test", "debug_mode_ops", "export", "c10d_functional",
+     "fsdp", "flex_lib", "onnx", "onnx_symbolic", "streams", "_inductor_test"}
+)  # fmt: skip
+
+
+def is_custom_op(op: str) -> bool:
+    """Whether the op named ``op`` ("mylib.mlp", "mylib::mlp") is a custom op: not in
+    torch's own namespaces, nor a ``torch.library.custom_op`` that torch's own modules
+    define (they add namespaces as they are imported: ``cplib``, ``fsdp``...)."""
+    name = op.replace("::", ".")
+    namespace, _, rest = name.partition(".")
+    if namespace in TORCH_NAMESPACES:
+        return False
+    try:
+        from torch._library.custom_ops import OPDEFS
+    except ImportError:  # a torch without it: its namespaces decide alone
+        return True
+    definition = OPDEFS.get(f"{namespace}::{rest.partition('.')[0]}")
+    module = getattr(getattr(definition, "_init_fn", None), "__module__", "") or ""
+    return not (module == "torch" or module.startswith("torch."))
+
+
 def _uncounted_work(func: torch._ops.OpOverload, formulas: Mapping[Any, Any]) -> bool:
     import torch
 
     if func.overloadpacket in formulas or getattr(func, "is_view", False):
         return False
+    if is_custom_op(str(func.overloadpacket)):
+        # its kernel runs below every dispatch mode: the work inside is invisible
+        return True
     return torch.Tag.pointwise not in func.tags and is_matrix_work(str(func.overloadpacket))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any
 
-from pytest_torch.perf.engines.flops.counting import KEPT, FlopCount, fmt_flops
+from pytest_torch.perf.engines.flops.counting import KEPT, FlopCount, fmt_flops, is_custom_op
 from pytest_torch.perf.outcome import Outcome
 from pytest_torch.perf.records import PerfRecord
 from pytest_torch.perf.rule import Verdict, improved, judge
@@ -333,6 +333,12 @@ def short_count(uncounted: Mapping[str, int]) -> str:
     the run."""
     ops = ", ".join(sorted(uncounted))
     advice = sorted({how for op in uncounted for part, how in _COUNT_IT if part in op})
+    custom = sorted(op for op in uncounted if is_custom_op(op))
+    if custom:
+        advice.append(
+            f"a custom op runs whole, its work unseen: give {', '.join(custom)} a formula"
+            " with torch.utils.flop_counter.register_flop_formula"
+        )
     found = "; ".join(advice) if advice else "no FLOP formula exists for them"
     return (
         f"ops without a FLOP formula ran ({ops}), so their work is not in the count it was"
