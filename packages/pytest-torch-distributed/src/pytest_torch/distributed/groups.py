@@ -47,13 +47,12 @@ def group_for_test(
         _check_open_group(dist, backend if named else None, world_size)
         yield  # the suite's own group: it opened it, it closes it
         return
+    limit = datetime.timedelta(seconds=timeout)
     dist.init_process_group(
-        backend,
-        store=dist.PrefixStore(prefix, store),
-        rank=rank,
-        world_size=world_size,
-        timeout=datetime.timedelta(seconds=timeout),
-    )
+        backend, store=dist.PrefixStore(prefix, store), rank=rank, world_size=world_size,
+        timeout=limit,
+    )  # fmt: skip
+    _all_joined(dist.PrefixStore(f"{prefix}/joined", store), rank, world_size, limit)
     ours = dist.group.WORLD
     try:
         with _yielding_to_their_own(dist, ours):
@@ -61,6 +60,16 @@ def group_for_test(
     finally:
         if dist.is_initialized() and (dist.group.WORLD is ours or not keep_theirs):
             dist.destroy_process_group()
+
+
+def _all_joined(store: Any, rank: int, world_size: int, timeout: datetime.timedelta) -> None:
+    """Wait until every rank has its process group open. gloo lets a rank's
+    ``init_process_group`` return while a peer still completes its connections, and a
+    rank that ran a short test and closed its group then cut the peer off in set-up
+    ("Connection closed by peer"). On the store, not a collective: the test's record of
+    collectives starts empty."""
+    store.set(str(rank), "1")
+    store.wait([str(other) for other in range(world_size)], timeout)
 
 
 @contextlib.contextmanager
