@@ -13,11 +13,13 @@ from pytest_torch.perf.engines.flops.counting import KEPT, FlopCount
 from pytest_torch.perf.engines.flops.judging import (
     DEFAULT_FLOP_TOLERANCE,
     FlopBaseline,
+    across_releases,
     compare,
     coverage_lines,
     flop_key,
     judge_count,
     missing,
+    other_release,
     over_budget,
     recorded,
 )
@@ -200,6 +202,33 @@ def test_any_budget_is_judged_and_its_excess_told_in_plain_digits(gflops, budget
     )
 
 
+def test_after_an_upgrade_the_newest_other_release_of_the_same_device_type_is_used():
+    found = {
+        key: FlopBaseline(BASELINE, "then")
+        for key in ("torch=2.9.1 device=cpu", "torch=2.10.0 device=cpu", "torch=2.12.0 device=cuda")
+    }
+    assert other_release("torch=2.13.0 device=cpu", found) == "torch=2.10.0 device=cpu"
+    assert other_release("torch=2.13.0 device=xpu", found) is None
+    assert other_release("torch=2.13.0", {"torch=2.12.0": found["torch=2.9.1 device=cpu"]}) == (
+        "torch=2.12.0"
+    )
+    same = across_releases(
+        compare("t", found["torch=2.10.0 device=cpu"], BASELINE, 0.0, "RERECORD"),
+        "torch=2.10.0 device=cpu", "torch=2.13.0 device=cpu", "RERECORD",
+    )  # fmt: skip
+    assert same.status == "pass" and same.record.verdict == "ok (baseline from torch=2.10.0)"
+    grown = across_releases(
+        compare("t", found["torch=2.10.0 device=cpu"], GROWN, 0.0, "RERECORD"),
+        "torch=2.10.0 device=cpu", "torch=2.13.0 device=cpu", "RERECORD",
+    )  # fmt: skip
+    assert grown.status == "fail"
+    assert grown.message.endswith(
+        "the baseline was recorded under torch=2.10.0, this run is torch=2.13.0: FLOP formulas"
+        " and the ops torch dispatches to change between releases, so the change may be"
+        " torch's. If it is, re-record under this release with: RERECORD"
+    )
+
+
 def test_the_key_is_the_torch_release_without_its_build_tag():
     import torch
 
@@ -238,4 +267,4 @@ def test_a_missing_baseline_skips_or_fails_when_strict_and_names_other_keys():
         "recorded as 2,097,152 FLOPs under torch=2.12.0; this run counted 3,145,728 FLOPs"
         " under torch=2.13.0" in elsewhere.message
     )
-    assert elsewhere.message.endswith("re-record here with: RERECORD")
+    assert elsewhere.message.endswith("record one for this one with: RERECORD")

@@ -111,11 +111,32 @@ def test_more_uncounted_work_is_not_judged_never_called_ok(suite, run, monkeypat
     run(FLOPS, "-k", "encoder", "--torch-perf-strict").assert_outcomes(failed=1)
 
 
-def test_counts_compare_only_under_the_same_key(suite, run):
+def test_after_a_torch_upgrade_counts_compare_with_the_last_release_saying_so(suite, run):
+    """A count recorded under another torch release (same device type) is compared:
+    the same count passes, its row naming the release; a grown one fails, its message
+    saying torch itself may have changed it. Another device type's count is not used."""
     run(FLOPS, "--torch-update-perf", "-k", "mlp").assert_outcomes(passed=1)
     document = _document(suite)
     (key,) = document["flops"]
-    document["flops"] = {"torch=1.0.0 device=cpu": document["flops"][key]}
+    entry = document["flops"][key]
+    document["flops"] = {"torch=1.0.0 device=cpu": entry, "torch=0.9.0 device=cpu": entry}
+    (suite.path / ".torch-perf-baselines.json").write_text(json.dumps(document))
+    result = run(FLOPS, "-k", "mlp", "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_mlp * flops * ok (baseline from torch=1.0.0)*"])
+    (test,) = entry
+    entry[test]["total"] -= 1  # this run now counts one FLOP more than the baseline
+    (suite.path / ".torch-perf-baselines.json").write_text(json.dumps(document))
+    result = run(FLOPS, "-k", "mlp")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*the baseline was recorded under torch=1.0.0, this run is torch=*: FLOP formulas"
+            " and the ops torch dispatches to change between releases, so the change may be"
+            " torch's. If it is, re-record under this release with: *--torch-update-perf*",
+        ]
+    )
+    document["flops"] = {"torch=1.0.0 device=cuda": entry}
     (suite.path / ".torch-perf-baselines.json").write_text(json.dumps(document))
     result = run(FLOPS, "-k", "mlp", "-rs")
     result.assert_outcomes(skipped=1)

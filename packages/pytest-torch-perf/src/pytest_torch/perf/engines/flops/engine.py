@@ -94,16 +94,19 @@ class FlopEngine:
             found = session.file().entries(self.section, label)
         except BaselineFileError as exc:
             raise PerfRegressionError(str(exc)) from None
-        if key not in found:
+        recorded_under = key if key in found else judging.other_release(key, found)
+        if recorded_under is None:
             return judging.missing(label, key, found, counted, session.settings.strict, rerecord)
-        baseline = found[key]
+        baseline = found[recorded_under]
         outcome = judging.compare(
             label, baseline, counted, call.tolerances["flop_tolerance"], rerecord
         )
         if outcome.status == "pass" and baseline.counted.uncounted != counted.uncounted:
-            return judging.coverage_changed(
+            outcome = judging.coverage_changed(
                 label, baseline, counted, session.settings.strict, rerecord
             )
+        if recorded_under != key:  # after a torch upgrade: compared, saying so
+            outcome = judging.across_releases(outcome, recorded_under, key, rerecord)
         return outcome
 
     def fill_case(

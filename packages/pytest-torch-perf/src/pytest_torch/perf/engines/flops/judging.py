@@ -11,6 +11,7 @@ baseline, so a short count is never silent. Nothing here measures: counts are ha
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
@@ -169,6 +170,36 @@ def recorded(label: str, now: FlopCount, key: str) -> Outcome:
     return Outcome("pass", "\n".join([message, *coverage]), row, measured=now, notes=coverage)
 
 
+def _version(key: str) -> tuple[int, ...]:
+    """``torch=2.13.0 device=cpu`` -> (2, 13, 0): the release numbers, for ordering."""
+    release = key.split()[0].removeprefix("torch=")
+    return tuple(int(part) for part in re.findall(r"\d+", release)[:3])
+
+
+def other_release(key: str, found: Mapping[str, FlopBaseline]) -> str | None:
+    """The key of the count recorded for the same device type under another torch
+    release (the newest such), or None."""
+    device = key.split()[1:]
+    same_device = [other for other in found if other.split()[1:] == device and other != key]
+    return max(same_device, key=lambda other: (_version(other), other), default=None)
+
+
+def across_releases(outcome: Outcome, recorded_under: str, key: str, rerecord: str) -> Outcome:
+    """A comparison with a count recorded under another torch release: identical counts
+    pass, saying where the baseline came from; a change is judged as any other, and its
+    message says that torch itself may have made it."""
+    then, now = recorded_under.split()[0], key.split()[0]
+    outcome.record.verdict += f" (baseline from {then})"
+    note = (
+        f"  the baseline was recorded under {then}, this run is {now}: FLOP formulas and the"
+        f" ops torch dispatches to change between releases, so the change may be torch's."
+        f" If it is, re-record under this release with: {rerecord}"
+    )
+    if outcome.status != "pass":
+        outcome.message = f"{outcome.message}\n{note}"
+    return outcome
+
+
 def missing(label: str, key: str, found: Mapping[str, FlopBaseline], now: FlopCount,
             strict: bool, rerecord: str) -> Outcome:  # fmt: skip
     """No count under this run's key: none at all, or only under other keys."""
@@ -186,9 +217,10 @@ def missing(label: str, key: str, found: Mapping[str, FlopBaseline], now: FlopCo
         )
         message = (
             f"{label}: not comparable: its FLOP count was recorded as {others}; this run"
-            f" counted {fmt_flops(now.total)} under {key}. FLOP formulas and the ops torch"
-            f" dispatches to change between torch releases, so only a count under the same"
-            f" key is compared. Run where the key matches, or re-record here with: {rerecord}"
+            f" counted {fmt_flops(now.total)} under {key}. The device type decides which"
+            f" kernels run, and which of them have a FLOP formula, so counts are compared"
+            f" on the same device type only (across torch releases too). Run on that device"
+            f" type, or record one for this one with: {rerecord}"
         )
     row = PerfRecord(label, CHECK, STAT, now.total, verdict, unit=UNIT)
     return Outcome("fail" if strict else "skip", message, row, measured=now, judged=False)
