@@ -49,9 +49,12 @@ def group_for_test(
         return
     limit = datetime.timedelta(seconds=timeout)
     dist.init_process_group(
-        backend, store=dist.PrefixStore(prefix, store), rank=rank, world_size=world_size,
+        backend,
+        store=dist.PrefixStore(prefix, store),
+        rank=rank,
+        world_size=world_size,
         timeout=limit,
-    )  # fmt: skip
+    )
     _all_joined(dist.PrefixStore(f"{prefix}/joined", store), rank, world_size, limit)
     ours = dist.group.WORLD
     try:

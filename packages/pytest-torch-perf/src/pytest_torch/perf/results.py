@@ -121,7 +121,7 @@ def reach_lines(session: PerfSession) -> list[str]:
     if not session.settings.update or session.pending or session.benchmark_results:
         return []
     refused = [
-        r for r in session.records if r.check != "budget" and r.verdict.startswith("not rec")
+        r for r in session.records if r.check != "budget" and r.verdict.startswith("not recorded")
     ]
     if refused:
         return [

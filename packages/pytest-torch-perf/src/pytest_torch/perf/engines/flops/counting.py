@@ -308,7 +308,7 @@ def _uncounted_work(func: torch._ops.OpOverload, formulas: Mapping[Any, Any]) ->
 
     if func.overloadpacket in formulas or getattr(func, "is_view", False):
         return False
-    if is_custom_op(str(func.overloadpacket)):
-        # its kernel runs below every dispatch mode: the work inside is invisible
+    name = str(func.overloadpacket)
+    if is_custom_op(name):  # its kernel runs below every dispatch mode: its work is unseen
         return True
-    return torch.Tag.pointwise not in func.tags and is_matrix_work(str(func.overloadpacket))
+    return torch.Tag.pointwise not in func.tags and is_matrix_work(name)
