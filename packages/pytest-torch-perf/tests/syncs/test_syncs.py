@@ -280,14 +280,14 @@ def warning_op():
     """An op whose kernel warns like torch.cuda.set_sync_debug_mode("warn")."""
     import warnings
 
-    if not hasattr(torch.ops.pytest_torch_test, "warns"):  # once per process
+    if not hasattr(torch.ops.pytest_torch_tests, "warns"):  # once per process
 
-        @torch.library.custom_op("pytest_torch_test::warns", mutates_args=())
+        @torch.library.custom_op("pytest_torch_tests::warns", mutates_args=())
         def warns(x: torch.Tensor) -> torch.Tensor:
             warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=2)
             return x.clone()
 
-    return torch.ops.pytest_torch_test.warns
+    return torch.ops.pytest_torch_tests.warns
 
 
 def test_the_cuda_backends_warnings_merge_with_what_was_found(warning_op, monkeypatch):
