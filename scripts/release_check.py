@@ -8,11 +8,13 @@
    ``py.typed`` in every package, the pytest entry points, the family version; and the
    sdists': each plugin's ships its tests with the repository's ``pytest.ini`` and
    ``conftest.py`` at its root, the meta-package's ships no tests;
-4. a clean virtual environment installs the wheels the ways the README promises
-   (``pytest-torch``, ``"pytest-torch[perf]"``, and each feature alone), one after
-   the other with the family uninstalled in between: each checks that every public
-   name at ``pytest_torch`` resolves or names the distribution to install, and runs
-   the examples and the documentation snippets that apply to it;
+4. clean virtual environments install the wheels the ways the README promises
+   (``pytest-torch``, ``"pytest-torch[perf]"``, and each feature alone): two lanes,
+   side by side (``--lanes``), each one environment that takes one scenario after
+   the other with the family uninstalled in between: each scenario checks that every
+   public name at ``pytest_torch`` resolves or names the distribution to install, and
+   runs the examples and the documentation snippets that apply to it (its output is
+   printed whole when it ends);
 5. with ``--tests``, each scenario also runs the tests of the package it installs, from
    the package's unpacked sdist (the meta-package's, which ships none, from this
    checkout) against the installed wheels, with plugin autoload off and only the
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -46,35 +49,35 @@ TEST_TOOLS = ["pytest-randomly>=3.15", "pytest-html>=4"]
 ALL = {f"pytest-torch-{name}" for name in PLUGINS} | {"pytest-torch"}
 SCENARIOS = [
     # (requirement, the family's distributions it must install, example files to run,
-    #  documentation pages whose snippets must run)
-    # the whole example suite runs in the demo (tox -e suite); here the plugins whose
+    #  documentation pages whose snippets must run), the longest first: two lanes take
+    #  them in this order (install_and_run).
+    # The whole example suite runs in the demo (tox -e suite); here the plugins whose
     # examples need no other plugin run theirs against the installed wheels, alone
-    ("pytest-torch", ALL, [], ["index.md"]),
-    # installs what pytest-torch does: here the extra must resolve
-    ("pytest-torch[perf]", ALL, [], []),
-    ("pytest-torch-core", {"pytest-torch-core"}, [], ["core.md"]),
-    ("pytest-torch-memory", {"pytest-torch-core", "pytest-torch-memory"}, [], ["memory.md"]),
-    (
-        "pytest-torch-determinism",
-        {"pytest-torch-core", "pytest-torch-determinism"},
-        [],
-        ["determinism.md"],
-    ),
-    ("pytest-torch-xdist", {"pytest-torch-core", "pytest-torch-xdist"}, [], ["parallel.md"]),
-    ("pytest-torch-ci", {"pytest-torch-core", "pytest-torch-ci"}, [], ["ci.md"]),
-    (
-        "pytest-torch-distributed",
-        {"pytest-torch-core", "pytest-torch-distributed"},
-        ["tests/test_distributed_training.py"],
-        ["distributed.md"],
-    ),
-    # last: the longest, on both cores once the suite env, run beside it, is done
     (
         "pytest-torch-perf",
         {"pytest-torch-core", "pytest-torch-perf"},
         ["tests/test_performance.py", "tests/test_compile.py", "tests/test_benchmarks.py"],
         ["performance.md", "benchmark-suites.md"],
     ),
+    (
+        "pytest-torch-distributed",
+        {"pytest-torch-core", "pytest-torch-distributed"},
+        ["tests/test_distributed_training.py"],
+        ["distributed.md"],
+    ),
+    (
+        "pytest-torch-determinism",
+        {"pytest-torch-core", "pytest-torch-determinism"},
+        [],
+        ["determinism.md"],
+    ),
+    ("pytest-torch-core", {"pytest-torch-core"}, [], ["core.md"]),
+    ("pytest-torch-memory", {"pytest-torch-core", "pytest-torch-memory"}, [], ["memory.md"]),
+    ("pytest-torch-xdist", {"pytest-torch-core", "pytest-torch-xdist"}, [], ["parallel.md"]),
+    ("pytest-torch-ci", {"pytest-torch-core", "pytest-torch-ci"}, [], ["ci.md"]),
+    ("pytest-torch", ALL, [], ["index.md"]),
+    # installs what pytest-torch does: here the extra must resolve
+    ("pytest-torch[perf]", ALL, [], []),
 ]
 #: with any part of the family installed: every public name at pytest_torch resolves, or
 #: raises ImportError naming the distribution to install
@@ -216,16 +219,46 @@ def check_contents(dist: Path, version: str) -> None:
         print(f"  {sdist.name}: {len(names)} files, ok")
 
 
-def run_shown(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> None:
-    """Run with its output shown as it comes (a test run's or the demo's)."""
-    print(f"  + {' '.join(map(str, command))}", flush=True)
-    status = subprocess.call([str(c) for c in command], cwd=cwd, env=env)
-    if status != 0:
-        sys.exit(f"release check failed: {' '.join(map(str, command))} (exit {status})")
+class CheckFailed(Exception):
+    """A step of a scenario failed: the message says which, with its output."""
+
+
+class Log:
+    """A scenario's lines, kept and printed in one piece when it ends: two lanes run
+    scenarios side by side, and their outputs must not interleave."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def run_logged(*command: str | Path, cwd: Path | None = None) -> str:
+    """Like :func:`run`, in a lane: a failure raises with the command's output."""
+    result = subprocess.run([str(c) for c in command], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise CheckFailed(
+            f"{' '.join(map(str, command))} (exit {result.returncode})\n"
+            f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        )
+    return result.stdout
+
+
+def run_shown(*command: str | Path, log: Log, cwd: Path, env: dict[str, str] | None = None) -> None:
+    """A test run: its whole output goes into the scenario's log."""
+    log(f"  + {' '.join(map(str, command))}")
+    result = subprocess.run(
+        [str(c) for c in command], cwd=cwd, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    log(result.stdout.rstrip("\n"))
+    if result.returncode != 0:
+        raise CheckFailed(f"{' '.join(map(str, command))} (exit {result.returncode})")
 
 
 def run_package_tests(
-    python: Path, requirement: str, installed: set[str], sdist: Path, work: Path
+    python: Path, requirement: str, installed: set[str], sdist: Path, work: Path, log: Log
 ) -> None:
     """The tests of the package a scenario installed, from its unpacked sdist (the
     meta-package's, which ships none, from this checkout), against the installed wheels,
@@ -239,54 +272,109 @@ def run_package_tests(
     plugins = [f"torch_{name}" for name in PLUGINS if f"pytest-torch-{name}" in installed]
     enabled = [arg for plugin in ["xdist", "randomly", *plugins] for arg in ("-p", plugin)]
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    run_shown(python, "-m", "pytest", "-n", "2", *enabled, "tests", cwd=folder, env=env)
+    run_shown(python, "-m", "pytest", "-n", "2", *enabled, "tests", cwd=folder, env=env, log=log)
 
 
-def install_and_run(dist: Path, work: Path, version: str, *, tests: bool = False) -> None:
-    """One clean environment with the third-party requirements; each scenario installs
-    its requirement from the wheels, runs what applies, and uninstalls the family again
-    (its files must be gone before the next scenario)."""
-    step("clean environment: third-party requirements (torch pinned by constraints.txt)")
-    venv = work / "venv"
-    run(sys.executable, "-m", "venv", venv)
-    python = venv / "bin" / "python"
-    tools = TEST_TOOLS if tests else []
-    run(python, "-m", "pip", "install", "-q", "-c", REPO / "constraints.txt", *THIRD_PARTY, *tools)
-    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").strip())
-    for requirement, expected, examples, pages in SCENARIOS:
-        pinned = f"{requirement}=={version}"
-        step(f"pip install --find-links DIST {pinned!r}")
+class Lane:
+    """A clean virtual environment with the third-party requirements, and a folder of its
+    own: it runs scenarios one after the other, the family uninstalled in between."""
+
+    def __init__(self, work: Path, dist: Path, version: str, tests: bool) -> None:
+        self.work, self.dist, self.version, self.tests = work, dist, version, tests
+        work.mkdir()
+        run_logged(sys.executable, "-m", "venv", work / "venv")
+        self.python = work / "venv" / "bin" / "python"
+        tools = TEST_TOOLS if tests else []
+        run_logged(self.python, "-m", "pip", "install", "-q", "-c", REPO / "constraints.txt",
+                   *THIRD_PARTY, *tools)  # fmt: skip
+        where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+        self.site = Path(run_logged(self.python, "-c", where).strip())
+
+    def scenario(self, requirement: str, expected: set[str], examples: list[str],
+                 pages: list[str], log: Log) -> None:  # fmt: skip
+        """Install ``requirement`` from the wheels, check what it installed, run what
+        applies to it, and uninstall the family again (its files must be gone)."""
+        python, site, work = self.python, self.site, self.work
+        pinned = f"{requirement}=={self.version}"
+        log(f"\n== pip install --find-links DIST {pinned!r}")
         started = time.perf_counter()
         assert not (site / "pytest_torch").exists(), f"left over: {site / 'pytest_torch'}"
-        run(python, "-m", "pip", "install", "-q", "--no-index", "--find-links", dist, pinned)
-        listed = run(python, "-m", "pip", "list", "--format=freeze")
+        run_logged(python, "-m", "pip", "install", "-q", "--no-index", "--find-links", self.dist,
+                   pinned)  # fmt: skip
+        listed = run_logged(python, "-m", "pip", "list", "--format=freeze")
         installed = {
             line.split("==")[0].lower()
             for line in listed.splitlines()
             if line.lower().startswith("pytest-torch")
         }
-        assert installed == expected, f"{requirement}: installed {sorted(installed)}"
-        plugins = run(python, "-c", LIST_PLUGINS)
-        print(f"  installed {sorted(installed)}; pytest plugins {plugins.strip()}")
-        print(f"  from pytest_torch import ...: {run(python, '-c', CHECK_NAMES).strip()}")
+        if installed != expected:
+            raise CheckFailed(f"{requirement}: installed {sorted(installed)}")
+        plugins = run_logged(python, "-c", LIST_PLUGINS)
+        log(f"  installed {sorted(installed)}; pytest plugins {plugins.strip()}")
+        names = run_logged(python, "-c", CHECK_NAMES)
+        log(f"  from pytest_torch import ...: {names.strip()}")
         if pages:
-            shown = run(python, REPO / "scripts" / "doc_snippets.py",
-                        *(REPO / "docs" / page for page in pages), cwd=work)  # fmt: skip
-            print("  docs " + shown.strip().replace("\n", "\n  docs "))
-        if tests and "[" not in requirement:
-            sdist = dist / f"{requirement.replace('-', '_')}-{version}.tar.gz"
-            run_package_tests(python, requirement, installed, sdist, work)
+            snippets = [REPO / "scripts" / "doc_snippets.py", *(REPO / "docs" / p for p in pages)]
+            shown = run_logged(python, *snippets, cwd=work)
+            log("  docs " + shown.strip().replace("\n", "\n  docs "))
+        if self.tests and "[" not in requirement:
+            sdist = self.dist / f"{requirement.replace('-', '_')}-{self.version}.tar.gz"
+            run_package_tests(python, requirement, installed, sdist, work, log)
         if examples:
             suite = work / f"examples-{len(installed)}-{requirement.replace('[', '-')[:30]}"
             shutil.copytree(REPO / "examples", suite, ignore=GENERATED_FILES)
-            pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+            pytest: list[str | Path] = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
             if "tests/test_performance.py" in examples:
-                run(*pytest, "--torch-update-perf", "tests/test_performance.py", cwd=suite)
-            summary = run(*pytest, *examples, cwd=suite).strip().splitlines()[-1]
-            print(f"  examples {' '.join(examples)}: {summary.strip('= ')}")
-        run(python, "-m", "pip", "uninstall", "-q", "-y", *sorted(installed))
+                run_logged(*pytest, "--torch-update-perf", "tests/test_performance.py",
+                           cwd=suite)  # fmt: skip
+            summary = run_logged(*pytest, *examples, cwd=suite).strip().splitlines()[-1]
+            log(f"  examples {' '.join(examples)}: {summary.strip('= ')}")
+        run_logged(python, "-m", "pip", "uninstall", "-q", "-y", *sorted(installed))
         _drop_bytecode_left_by_pytest(site / "pytest_torch")
-        print(f"  ({time.perf_counter() - started:.0f} s)")
+        log(f"  ({time.perf_counter() - started:.0f} s)")
+
+
+def install_and_run(
+    dist: Path, work: Path, version: str, *, tests: bool = False, lanes: int = 2
+) -> None:
+    """The scenarios, longest first, on ``lanes`` clean environments side by side: each
+    lane takes the next scenario when it is done with one. Every scenario's output is
+    printed whole when it ends; the first failure stops the lanes taking more."""
+    step(f"{lanes} clean environment(s): third-party requirements (torch pinned by"
+         " constraints.txt); then the scenarios, longest first, side by side")  # fmt: skip
+    queue = list(SCENARIOS)
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def work_lane(number: int) -> None:
+        try:
+            lane = Lane(work / f"lane-{number}", dist, version, tests)
+        except (CheckFailed, AssertionError) as exc:
+            with lock:
+                failures.append(f"lane {number}: its environment: {exc}")
+            return
+        while True:
+            with lock:
+                if failures or not queue:
+                    return
+                requirement, expected, examples, pages = queue.pop(0)
+            log = Log()
+            try:
+                lane.scenario(requirement, expected, examples, pages, log)
+            except (CheckFailed, AssertionError) as exc:
+                log(f"  FAILED: {exc}")
+                with lock:
+                    failures.append(f"{requirement}: {str(exc).splitlines()[0]}")
+            with lock:
+                print("\n".join(log.lines), flush=True)
+
+    threads = [threading.Thread(target=work_lane, args=(n,)) for n in range(1, lanes + 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        sys.exit("release check failed: " + "; ".join(failures))
 
 
 def _drop_bytecode_left_by_pytest(package: Path) -> None:
@@ -306,6 +394,9 @@ def main() -> int:
     parser.add_argument(
         "--tests", action="store_true", help="each scenario runs its package's own tests"
     )
+    parser.add_argument(
+        "--lanes", type=int, default=2, help="environments that run scenarios side by side"
+    )
     options = parser.parse_args()
     # our lines and the output of the runs shown in between must come in order
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
@@ -321,7 +412,7 @@ def main() -> int:
         check_contents(dist, version)
         envs = work / "envs"
         envs.mkdir()
-        install_and_run(dist, envs, version, tests=options.tests)
+        install_and_run(dist, envs, version, tests=options.tests, lanes=max(1, options.lanes))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nrelease check passed: {len(PACKAGES)} packages at version {version}")

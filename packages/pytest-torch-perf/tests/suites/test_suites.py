@@ -254,3 +254,27 @@ def test_json_and_plot_files(tmp_path):
     (png,) = suite_report.write_plots(tmp_path / "plots", results, "cpu: Example x 2")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000
+
+
+def test_the_summary_names_the_machine_the_cases_were_measured_on():
+    """xdist's controller reports the workers' cases with the machine they measured on,
+    never asking for its own fingerprint (which imports torch: under Valgrind, in
+    instruction-count mode, that was 20 s of CPU at the end of a run)."""
+    from types import SimpleNamespace
+
+    from pytest_torch.perf import results
+
+    def no_fingerprint():
+        raise AssertionError("the controller asked for its own fingerprint")
+
+    session = SimpleNamespace(
+        records=[], compile_records=[], pending={}, benchmark_outputs=[], machine=no_fingerprint,
+        benchmark_results=[result("float32", "eager", 1, 1.0, machine="cpu: Worker CPU x 2")],
+    )  # fmt: skip
+    (title, lines), *_ = results.summary(session)
+    assert title == "torch benchmark"
+    assert lines[0] == "t.py::test_m on cpu (cpu: Worker CPU x 2)"
+    # where no case says, the session's own machine
+    session.benchmark_results[0].machine = ""
+    session.machine = lambda: "cpu: This CPU x 2"
+    assert results.summary(session)[0][1][0] == "t.py::test_m on cpu (cpu: This CPU x 2)"

@@ -89,8 +89,15 @@ def write_benchmark_outputs(session: PerfSession) -> None:
         session.benchmark_outputs.append(settings.benchmark_json)
     if settings.benchmark_plot is not None:
         session.benchmark_outputs += write_plots(
-            settings.benchmark_plot, session.benchmark_results, session.machine()
+            settings.benchmark_plot, session.benchmark_results, _measured_on(session)
         )
+
+
+def _measured_on(session: PerfSession) -> str:
+    """The machine the benchmark cases were measured on, as their workers said (xdist's
+    controller, which ran none, need not import torch to say it)."""
+    said = next((r.machine for r in session.benchmark_results if r.machine), "")
+    return said or session.machine()
 
 
 def summary(session: PerfSession) -> list[tuple[str | None, list[str]]]:
@@ -104,7 +111,7 @@ def summary(session: PerfSession) -> list[tuple[str | None, list[str]]]:
     if session.compile_records:
         sections.append(("torch compile", compile_table(session.compile_records)))
     if session.benchmark_results:
-        lines = list(render(session.benchmark_results, session.machine()))
+        lines = list(render(session.benchmark_results, _measured_on(session)))
         lines += [f"benchmark output: {path}" for path in session.benchmark_outputs]
         sections.append(("torch benchmark", lines))
     for engine in ENGINES.values():
@@ -146,5 +153,5 @@ def report_tables(session: PerfSession) -> list[ReportTable]:
     if compiled:
         tables.append(ReportTable("torch compile", lambda: compile_table(compiled)))
     if results:
-        tables.append(ReportTable("Benchmarks", lambda: render(results, session.machine())))
+        tables.append(ReportTable("Benchmarks", lambda: render(results, _measured_on(session))))
     return tables

@@ -184,6 +184,9 @@ class CaseResult:
     verdict: str = ""
     #: positions of dtype, mode and batch size in the suite's declaration, for ordering
     order: list[int] = field(default_factory=list)
+    #: the hardware fingerprint key of the machine that measured it (an xdist worker's:
+    #: the controller reports it without importing torch)
+    machine: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

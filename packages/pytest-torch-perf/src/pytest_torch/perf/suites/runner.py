@@ -75,6 +75,7 @@ def run_case(item: pytest.Function, session: PerfSession) -> None:
             spec.modes.index(case.mode),
             spec.batch_sizes.index(case.batch_size),
         ],
+        machine=session.machine(),
     )
     built = item.obj(**{arg: item.funcargs[arg] for arg in item._fixtureinfo.argnames})
     try:
