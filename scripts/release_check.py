@@ -18,7 +18,8 @@
 5. with ``--tests``, each scenario also runs the tests of the package it installs, from
    the package's unpacked sdist (the meta-package's, which ships none, from this
    checkout) against the installed wheels, with plugin autoload off and only the
-   family's plugins it installed enabled with ``-p`` (on two workers): each package
+   family's plugins it installed enabled with ``-p`` (in one process, as a packager runs
+   them: the two lanes keep both cores busy): each package
    works alone, enabled one by one, and its sdist's tests run without the checkout.
 
 Third-party requirements come from the package index (torch pinned by
@@ -272,7 +273,7 @@ def run_package_tests(
     plugins = [f"torch_{name}" for name in PLUGINS if f"pytest-torch-{name}" in installed]
     enabled = [arg for plugin in ["xdist", "randomly", *plugins] for arg in ("-p", plugin)]
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    run_shown(python, "-m", "pytest", "-n", "2", *enabled, "tests", cwd=folder, env=env, log=log)
+    run_shown(python, "-m", "pytest", *enabled, "tests", cwd=folder, env=env, log=log)
 
 
 class Lane:
@@ -285,8 +286,10 @@ class Lane:
         run_logged(sys.executable, "-m", "venv", work / "venv")
         self.python = work / "venv" / "bin" / "python"
         tools = TEST_TOOLS if tests else []
-        run_logged(self.python, "-m", "pip", "install", "-q", "-c", REPO / "constraints.txt",
-                   *THIRD_PARTY, *tools)  # fmt: skip
+        # no compiling of every module installed (torch's thousands: 14 s of CPU); Python
+        # compiles and caches the ones the runs import
+        run_logged(self.python, "-m", "pip", "install", "-q", "--no-compile", "-c",
+                   REPO / "constraints.txt", *THIRD_PARTY, *tools)  # fmt: skip
         where = "import sysconfig; print(sysconfig.get_path('purelib'))"
         self.site = Path(run_logged(self.python, "-c", where).strip())
 

@@ -1,12 +1,15 @@
 """The examples and a generated suite give the same outcomes in any test order and
-alongside the plugins users commonly have installed, without warnings from ours."""
+alongside the plugins users commonly have installed, without warnings from ours.
+
+The examples' written-order outcomes are those of the demo's run of them: the test run
+runs the demo here (``scripts/demo.py --without-instruction-counts``, on a copy of the
+examples), so the README's demo command is proven by the test command, once."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -25,7 +28,8 @@ OTHERS = {
 MISSING = [name for name, module in OTHERS.items() if importlib.util.find_spec(module) is None]
 WITHOUT_OTHERS = [arg for name in OTHERS for arg in ("-p", f"no:{name}")]
 
-# the suites' written-order runs (the module's fixture, a minute) are made once: under
+# the suites' written-order runs (the module's fixture, the demo included: a minute and
+# a half) are made once: under
 # `-n 2 --dist loadgroup` (tox -e suite) every test of this module runs on one worker
 pytestmark = pytest.mark.xdist_group("suites-in-any-order")
 
@@ -129,6 +133,23 @@ def _run(folder: Path, *args: str) -> tuple[dict[str, str], str]:
     return _outcomes(junit), output
 
 
+def _demo(examples: Path) -> tuple[dict[str, str], str]:
+    """The demo, as the test run shows it, on a copy of the examples made at
+    ``examples``: every step passes (the failure gallery's tests fail as it expects); the
+    outcomes of its whole-suite step, run in written order with no other plugin."""
+    junit = examples.parent / "junit-demo.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "demo.py"), "--copy-to", str(examples),
+         "--without-instruction-counts", *WITHOUT_OTHERS, f"--junitxml={junit}"],
+        env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert output.count("\n== demo ") == 5, output
+    return _outcomes(junit), output
+
+
 def _our_warnings(output: str) -> list[str]:
     summary = re.search(r"=+ warnings summary =+\n(.*?)\n(?:-- Docs|=+)", output, re.DOTALL)
     if summary is None:
@@ -143,18 +164,15 @@ def suites(tmp_path_factory) -> dict[str, tuple[Path, dict[str, str]]]:
     """Each suite in a folder of its own, with its outcomes in written order and no
     other plugin loaded."""
     examples = tmp_path_factory.mktemp("examples") / "examples"
-    shutil.copytree(REPO / "examples", examples, ignore=shutil.ignore_patterns("benchmark-results", "failure-artifacts", ".torch-perf-baselines.json*"))  # fmt: skip
-    _run(examples, *WITHOUT_OTHERS, "--torch-update-perf", "tests/test_performance.py")
+    outcomes, output = _demo(examples)
+    assert outcomes and "failure" not in outcomes.values(), output
+    found = {"examples": (examples, outcomes)}
     generated = tmp_path_factory.mktemp("generated")
     (generated / "test_generated.py").write_text(GENERATED)
     (generated / "pytest.ini").write_text("[pytest]\n")
-    found = {}
-    for name, folder in (("examples", examples), ("generated", generated)):
-        outcomes, output = _run(folder, *WITHOUT_OTHERS)
-        assert outcomes, output
-        if name == "examples":
-            assert "failure" not in outcomes.values(), output
-        found[name] = (folder, outcomes)
+    outcomes, output = _run(generated, *WITHOUT_OTHERS)
+    assert outcomes, output
+    found["generated"] = (generated, outcomes)
     generated_outcomes = found["generated"][1]
     assert generated_outcomes["test_generated::test_a_real_mismatch_fails"] == "failure"
     assert generated_outcomes["test_generated::test_missing_baseline_is_a_skip"] == "skipped"
