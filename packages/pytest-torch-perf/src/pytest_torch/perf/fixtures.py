@@ -22,7 +22,7 @@ from pytest_torch.perf.engines.wall.budget import Budget, check_budget
 from pytest_torch.perf.engines.wall.latency import measure_latency, sampling
 from pytest_torch.perf.options import MEASURE
 from pytest_torch.perf.outcome import Outcome, apply_outcome
-from pytest_torch.perf.records import PerfRecord
+from pytest_torch.perf.records import PREFIX, PerfRecord
 from pytest_torch.perf.rule import tolerance_problem
 from pytest_torch.perf.state import PerfSession
 
@@ -31,8 +31,11 @@ if TYPE_CHECKING:
 
     from pytest_torch.perf.engines.wall.timing import LatencyResult
 
-#: the labels of a test's checks so far (each perf_baseline call needs its own)
-labels_key = pytest.StashKey[set[str]]()
+#: the labels of a test's checks so far, with their kind (each perf_baseline call needs
+#: its own)
+labels_key = pytest.StashKey[dict[str, str]]()
+#: a latency budget's row where a perf_baseline of the same test takes the test id
+BUDGET_SUFFIX = "::latency-budget"
 #: every engine's tolerance keywords, which perf_baseline accepts whatever the engine
 TOLERANCES = tuple(dict.fromkeys(name for e in ENGINES.values() for name in e.tolerances))
 #: what a tolerance means, per keyword, for the message that rejects one
@@ -41,20 +44,47 @@ _HINTS = {name: hint for engine in ENGINES.values() for name, hint in engine.hin
 
 def new_label(item: pytest.Item, name: str | None, kind: str) -> str:
     """The check's name in the baseline file and the table: the test id (and ``name``);
-    a repeated latency(...) gets ``#2``, a repeated perf_baseline name is an error."""
-    labels = item.stash.setdefault(labels_key, set())
+    a repeated latency(...) gets ``#2``, a repeated perf_baseline name is an error. A
+    perf_baseline keeps the test id (its baselines are recorded under it) where a latency
+    budget of the same test had it: that row becomes ``<test id>::latency-budget``, as
+    does a budget's row after a perf_baseline."""
+    labels = item.stash.setdefault(labels_key, {})
     text = item.nodeid if name is None else f"{item.nodeid}::{name}"
     if kind == "latency":
+        if labels.get(text) == "baseline":
+            text += BUDGET_SUFFIX
         base, count = text, 2
         while text in labels:
             text, count = f"{base}#{count}", count + 1
+    elif labels.get(text) == "latency":
+        _rename_rows(item, labels, text)
     elif text in labels:
         raise ValueError(
             f"perf_baseline was called twice for {text}; give each call in a test its own"
             f" name=, e.g. perf_baseline(model, x, name='batch32')"
         )
-    labels.add(text)
+    labels[text] = kind
     return text
+
+
+def _rename_rows(item: pytest.Item, labels: dict[str, str], label: str) -> None:
+    """The latency budget rows this test published as ``label`` (and ``label#2``...)
+    renamed ``label::latency-budget`` (...), so that a perf_baseline can take ``label``."""
+    rows = [old for old, kind in labels.items() if kind == "latency"]
+    renamed = {
+        old: f"{label}{BUDGET_SUFFIX}{old[len(label) :]}"
+        for old in rows
+        if old == label or old.startswith(f"{label}#")
+    }
+    for old, new in renamed.items():
+        del labels[old]
+        labels[new] = "latency"
+    prefixes = {f"{PREFIX}{old}.": f"{PREFIX}{new}." for old, new in renamed.items()}
+    for index, (key, value) in enumerate(item.user_properties):
+        for old, new in prefixes.items():
+            if str(key).startswith(old):
+                item.user_properties[index] = (new + str(key)[len(old) :], value)
+                break
 
 
 def publish(item: pytest.Item, record: PerfRecord) -> None:
