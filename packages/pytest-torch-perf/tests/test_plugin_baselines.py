@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -217,55 +216,6 @@ def test_the_same_name_twice_is_an_error(pytester, run, quiet_machine):
     result.stdout.fnmatch_lines(
         ["*perf_baseline was called twice for *::test_twice::a; give each*"]
     )
-
-
-def test_a_budget_and_a_baseline_in_one_test_are_two_rows(pytester, run, quiet_machine):
-    """latency() under a latency budget and perf_baseline() without a name, in either
-    order: the baseline keeps the test id (its key in the file), the budget's row is
-    ``<test>::latency-budget``; before, the second call failed the test as "called
-    twice"."""
-    pytester.makepyfile(
-        """
-        import pytest
-        import torch
-
-        model, x = torch.nn.Linear(8, 8), torch.randn(2, 8)
-
-        @pytest.mark.torch_max_latency(ms=10_000)
-        def test_budget_first(latency, perf_baseline):
-            latency(model, x)
-            latency(model, x)
-            perf_baseline(model, x)
-
-        @pytest.mark.torch_max_latency(ms=10_000)
-        def test_baseline_first(latency, perf_baseline):
-            perf_baseline(model, x)
-            latency(model, x)
-        """
-    )
-    result = run(FAST, "--torch-update-perf", "--junitxml=report.xml")
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines_random(
-        [
-            "test_a_budget_and_a_baseline_in_one_test_are_two_rows.py::test_budget_first "
-            "* baseline * recorded*",
-            "*::test_budget_first::latency-budget * budget * within budget",
-            "*::test_budget_first::latency-budget#2 * budget * within budget",
-            "*::test_baseline_first * baseline * recorded*",
-            "*::test_baseline_first::latency-budget * budget * within budget",
-        ]
-    )
-    (machine,) = json.loads((pytester.path / ".torch-perf-baselines.json").read_text())[
-        "machines"
-    ].values()
-    assert sorted(name.split("::")[1] for name in machine) == [
-        "test_baseline_first",
-        "test_budget_first",
-    ]
-    xml = ET.parse(pytester.path / "report.xml")
-    names = [prop.get("name") for prop in xml.iter("property")]
-    assert len(names) == len(set(names))
-    assert any(n.endswith("::test_budget_first::latency-budget.verdict") for n in names)
 
 
 def test_recorded_under_xdist_compared_serially_and_back(suite, run):

@@ -3,6 +3,9 @@ whether the machine is busy is faked by conftest's quiet_machine and busy_machin
 
 from __future__ import annotations
 
+import json
+import xml.etree.ElementTree as ET
+
 import pytest
 
 # these tests draw from the global random generators; torch_seed restores them
@@ -280,3 +283,51 @@ def test_the_per_test_hooks_are_registered_only_when_a_test_needs_them(pytester,
         test_plain=check.format("plain", ""),
     )
     run("--torch-perf-max-time=0.05").assert_outcomes(passed=2)
+
+
+def test_a_budget_and_a_baseline_in_one_test_are_two_rows(pytester, run, quiet_machine):
+    """latency() under a latency budget and perf_baseline() without a name, in either
+    order: the baseline keeps the test id (its key in the file), the budget's row is
+    ``<test>::latency-budget``; before, the second call failed the test as "called
+    twice"."""
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        model, x = torch.nn.Linear(8, 8), torch.randn(2, 8)
+
+        @pytest.mark.torch_max_latency(ms=10_000)
+        def test_budget_first(latency, perf_baseline):
+            latency(model, x)
+            latency(model, x)
+            perf_baseline(model, x)
+
+        @pytest.mark.torch_max_latency(ms=10_000)
+        def test_baseline_first(latency, perf_baseline):
+            perf_baseline(model, x)
+            latency(model, x)
+        """
+    )
+    result = run("--torch-perf-max-time=0.05", "--torch-update-perf", "--junitxml=report.xml")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*::test_budget_first * baseline * recorded*",
+            "*::test_budget_first::latency-budget * budget * within budget",
+            "*::test_budget_first::latency-budget#2 * budget * within budget",
+            "*::test_baseline_first * baseline * recorded*",
+            "*::test_baseline_first::latency-budget * budget * within budget",
+        ]
+    )
+    (machine,) = json.loads((pytester.path / ".torch-perf-baselines.json").read_text())[
+        "machines"
+    ].values()
+    assert sorted(name.split("::")[1] for name in machine) == [
+        "test_baseline_first",
+        "test_budget_first",
+    ]
+    xml = ET.parse(pytester.path / "report.xml")
+    names = [prop.get("name") for prop in xml.iter("property")]
+    assert len(names) == len(set(names))
+    assert any(n.endswith("::test_budget_first::latency-budget.verdict") for n in names)
