@@ -120,11 +120,16 @@ def step(title: str) -> None:
     print(f"\n== {title}", flush=True)
 
 
+class CheckFailed(Exception):
+    """A step failed: the message says which, with its output."""
+
+
 def run(*command: str | Path, cwd: Path | None = None) -> str:
+    """The command's output; a failure raises :class:`CheckFailed` with its output."""
     result = subprocess.run([str(c) for c in command], cwd=cwd, capture_output=True, text=True)
     if result.returncode != 0:
-        sys.exit(
-            f"release check failed: {' '.join(map(str, command))} (exit {result.returncode})\n"
+        raise CheckFailed(
+            f"{' '.join(map(str, command))} (exit {result.returncode})\n"
             f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
         )
     return result.stdout
@@ -220,46 +225,24 @@ def check_contents(dist: Path, version: str) -> None:
         print(f"  {sdist.name}: {len(names)} files, ok")
 
 
-class CheckFailed(Exception):
-    """A step of a scenario failed: the message says which, with its output."""
-
-
-class Log:
-    """A scenario's lines, kept and printed in one piece when it ends: two lanes run
-    scenarios side by side, and their outputs must not interleave."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def __call__(self, line: str) -> None:
-        self.lines.append(line)
-
-
-def run_logged(*command: str | Path, cwd: Path | None = None) -> str:
-    """Like :func:`run`, in a lane: a failure raises with the command's output."""
-    result = subprocess.run([str(c) for c in command], cwd=cwd, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise CheckFailed(
-            f"{' '.join(map(str, command))} (exit {result.returncode})\n"
-            f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-        )
-    return result.stdout
-
-
-def run_shown(*command: str | Path, log: Log, cwd: Path, env: dict[str, str] | None = None) -> None:
-    """A test run: its whole output goes into the scenario's log."""
-    log(f"  + {' '.join(map(str, command))}")
+def run_shown(
+    *command: str | Path, log: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> None:
+    """A test run: its whole output goes into the scenario's log (its lines, printed in
+    one piece when the scenario ends: two lanes run side by side, and their outputs must
+    not interleave)."""
+    log.append(f"  + {' '.join(map(str, command))}")
     result = subprocess.run(
         [str(c) for c in command], cwd=cwd, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    log(result.stdout.rstrip("\n"))
+    log.append(result.stdout.rstrip("\n"))
     if result.returncode != 0:
         raise CheckFailed(f"{' '.join(map(str, command))} (exit {result.returncode})")
 
 
 def run_package_tests(
-    python: Path, requirement: str, installed: set[str], sdist: Path, work: Path, log: Log
+    python: Path, requirement: str, installed: set[str], sdist: Path, work: Path, log: list[str]
 ) -> None:
     """The tests of the package a scenario installed, from its unpacked sdist (the
     meta-package's, which ships none, from this checkout), against the installed wheels,
@@ -283,28 +266,28 @@ class Lane:
     def __init__(self, work: Path, dist: Path, version: str, tests: bool) -> None:
         self.work, self.dist, self.version, self.tests = work, dist, version, tests
         work.mkdir()
-        run_logged(sys.executable, "-m", "venv", work / "venv")
+        run(sys.executable, "-m", "venv", work / "venv")
         self.python = work / "venv" / "bin" / "python"
         tools = TEST_TOOLS if tests else []
         # no compiling of every module installed (torch's thousands: 14 s of CPU); Python
         # compiles and caches the ones the runs import
-        run_logged(self.python, "-m", "pip", "install", "-q", "--no-compile", "-c",
+        run(self.python, "-m", "pip", "install", "-q", "--no-compile", "-c",
                    REPO / "constraints.txt", *THIRD_PARTY, *tools)  # fmt: skip
         where = "import sysconfig; print(sysconfig.get_path('purelib'))"
-        self.site = Path(run_logged(self.python, "-c", where).strip())
+        self.site = Path(run(self.python, "-c", where).strip())
 
     def scenario(self, requirement: str, expected: set[str], examples: list[str],
-                 pages: list[str], log: Log) -> None:  # fmt: skip
+                 pages: list[str], log: list[str]) -> None:  # fmt: skip
         """Install ``requirement`` from the wheels, check what it installed, run what
         applies to it, and uninstall the family again (its files must be gone)."""
         python, site, work = self.python, self.site, self.work
         pinned = f"{requirement}=={self.version}"
-        log(f"\n== pip install --find-links DIST {pinned!r}")
+        log.append(f"\n== pip install --find-links DIST {pinned!r}")
         started = time.perf_counter()
         assert not (site / "pytest_torch").exists(), f"left over: {site / 'pytest_torch'}"
-        run_logged(python, "-m", "pip", "install", "-q", "--no-index", "--find-links", self.dist,
+        run(python, "-m", "pip", "install", "-q", "--no-index", "--find-links", self.dist,
                    pinned)  # fmt: skip
-        listed = run_logged(python, "-m", "pip", "list", "--format=freeze")
+        listed = run(python, "-m", "pip", "list", "--format=freeze")
         installed = {
             line.split("==")[0].lower()
             for line in listed.splitlines()
@@ -312,14 +295,14 @@ class Lane:
         }
         if installed != expected:
             raise CheckFailed(f"{requirement}: installed {sorted(installed)}")
-        plugins = run_logged(python, "-c", LIST_PLUGINS)
-        log(f"  installed {sorted(installed)}; pytest plugins {plugins.strip()}")
-        names = run_logged(python, "-c", CHECK_NAMES)
-        log(f"  from pytest_torch import ...: {names.strip()}")
+        plugins = run(python, "-c", LIST_PLUGINS)
+        log.append(f"  installed {sorted(installed)}; pytest plugins {plugins.strip()}")
+        names = run(python, "-c", CHECK_NAMES)
+        log.append(f"  from pytest_torch import ...: {names.strip()}")
         if pages:
             snippets = [REPO / "scripts" / "doc_snippets.py", *(REPO / "docs" / p for p in pages)]
-            shown = run_logged(python, *snippets, cwd=work)
-            log("  docs " + shown.strip().replace("\n", "\n  docs "))
+            shown = run(python, *snippets, cwd=work)
+            log.append("  docs " + shown.strip().replace("\n", "\n  docs "))
         if self.tests and "[" not in requirement:
             sdist = self.dist / f"{requirement.replace('-', '_')}-{self.version}.tar.gz"
             run_package_tests(python, requirement, installed, sdist, work, log)
@@ -328,13 +311,13 @@ class Lane:
             shutil.copytree(REPO / "examples", suite, ignore=GENERATED_FILES)
             pytest: list[str | Path] = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
             if "tests/test_performance.py" in examples:
-                run_logged(*pytest, "--torch-update-perf", "tests/test_performance.py",
+                run(*pytest, "--torch-update-perf", "tests/test_performance.py",
                            cwd=suite)  # fmt: skip
-            summary = run_logged(*pytest, *examples, cwd=suite).strip().splitlines()[-1]
-            log(f"  examples {' '.join(examples)}: {summary.strip('= ')}")
-        run_logged(python, "-m", "pip", "uninstall", "-q", "-y", *sorted(installed))
+            summary = run(*pytest, *examples, cwd=suite).strip().splitlines()[-1]
+            log.append(f"  examples {' '.join(examples)}: {summary.strip('= ')}")
+        run(python, "-m", "pip", "uninstall", "-q", "-y", *sorted(installed))
         _drop_bytecode_left_by_pytest(site / "pytest_torch")
-        log(f"  ({time.perf_counter() - started:.0f} s)")
+        log.append(f"  ({time.perf_counter() - started:.0f} s)")
 
 
 def install_and_run(
@@ -361,15 +344,15 @@ def install_and_run(
                 if failures or not queue:
                     return
                 requirement, expected, examples, pages = queue.pop(0)
-            log = Log()
+            log: list[str] = []
             try:
                 lane.scenario(requirement, expected, examples, pages, log)
             except (CheckFailed, AssertionError) as exc:
-                log(f"  FAILED: {exc}")
+                log.append(f"  FAILED: {exc}")
                 with lock:
                     failures.append(f"{requirement}: {str(exc).splitlines()[0]}")
             with lock:
-                print("\n".join(log.lines), flush=True)
+                print("\n".join(log), flush=True)
 
     threads = [threading.Thread(target=work_lane, args=(n,)) for n in range(1, lanes + 1)]
     for thread in threads:
@@ -377,7 +360,7 @@ def install_and_run(
     for thread in threads:
         thread.join()
     if failures:
-        sys.exit("release check failed: " + "; ".join(failures))
+        raise CheckFailed("; ".join(failures))
 
 
 def _drop_bytecode_left_by_pytest(package: Path) -> None:
@@ -416,6 +399,8 @@ def main() -> int:
         envs = work / "envs"
         envs.mkdir()
         install_and_run(dist, envs, version, tests=options.tests, lanes=max(1, options.lanes))
+    except CheckFailed as exc:
+        sys.exit(f"release check failed: {exc}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nrelease check passed: {len(PACKAGES)} packages at version {version}")
