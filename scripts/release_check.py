@@ -335,9 +335,9 @@ def install_and_run(
     def work_lane(number: int) -> None:
         try:
             lane = Lane(work / f"lane-{number}", dist, version, tests)
-        except (CheckFailed, AssertionError) as exc:
+        except Exception as exc:  # any error fails the check: a lane never dies quietly
             with lock:
-                failures.append(f"lane {number}: its environment: {exc}")
+                failures.append(f"lane {number}: its environment: {exc!r}")
             return
         while True:
             with lock:
@@ -347,10 +347,10 @@ def install_and_run(
             log: list[str] = []
             try:
                 lane.scenario(requirement, expected, examples, pages, log)
-            except (CheckFailed, AssertionError) as exc:
-                log.append(f"  FAILED: {exc}")
+            except Exception as exc:  # an unexpected error too: the scenario did not pass
+                log.append(f"  FAILED: {exc if isinstance(exc, CheckFailed) else repr(exc)}")
                 with lock:
-                    failures.append(f"{requirement}: {str(exc).splitlines()[0]}")
+                    failures.append(f"{requirement}: {(str(exc).splitlines() or [repr(exc)])[0]}")
             with lock:
                 print("\n".join(log), flush=True)
 

@@ -8,6 +8,8 @@ import shutil
 import tomllib
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 VERSION = (REPO / "VERSION").read_text().strip()
 
@@ -76,3 +78,39 @@ def test_set_version_rewrites_every_version_and_pin(tmp_path, monkeypatch):
     ]
     assert core["version"] == "9.8.7"
     assert not any("9.8.7" in r for r in core["dependencies"])  # third-party ranges untouched
+
+
+def test_the_release_lanes_fail_on_any_error_of_a_scenario_and_run_the_rest(tmp_path, monkeypatch):
+    """A scenario that fails in an unexpected way (not a failed command: an OSError, an
+    exception with no message) fails the release check, naming it; the other scenarios
+    still run, each once, on the lanes."""
+    spec = importlib.util.spec_from_file_location(
+        "release_check", REPO / "scripts" / "release_check.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ran = []
+
+    class FakeLane:
+        def __init__(self, *args):
+            pass
+
+        def scenario(self, requirement, expected, examples, pages, log):
+            ran.append(requirement)
+            if requirement == "pytest-torch-ci":
+                raise OSError("disk full")
+            if requirement == "pytest-torch-xdist":
+                raise KeyError()
+
+    monkeypatch.setattr(module, "Lane", FakeLane)
+    monkeypatch.setattr(module, "SCENARIOS", [(name, set(), [], []) for name in ("a", "b")])
+    module.install_and_run(tmp_path, tmp_path, "0", lanes=2)  # every scenario passes
+    assert sorted(ran) == ["a", "b"]
+    for first, said in (("pytest-torch-ci", "disk full"), ("pytest-torch-xdist", "KeyError()")):
+        ran.clear()
+        scenarios = [(first, set(), [], []), ("a", set(), [], [])]
+        monkeypatch.setattr(module, "SCENARIOS", scenarios)
+        with pytest.raises(module.CheckFailed) as failed:
+            module.install_and_run(tmp_path, tmp_path, "0", lanes=1)
+        assert str(failed.value) == f"{first}: {said}"
+        assert ran == [first]  # the first failure stops the lane taking more
