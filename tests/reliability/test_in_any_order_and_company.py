@@ -121,12 +121,16 @@ def _outcomes(junit: Path) -> dict[str, str]:
     return outcomes
 
 
+def _environment() -> dict[str, str]:
+    """This process's environment without the outer run's pytest and CI settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
+
+
 def _run(folder: Path, *args: str) -> tuple[dict[str, str], str]:
     junit = folder / f"junit-{len(list(folder.glob('junit-*')))}.xml"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--junitxml={junit}", *args],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=600,
+        cwd=folder, env=_environment(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode in (0, 1), output
@@ -138,11 +142,10 @@ def _demo(examples: Path) -> tuple[dict[str, str], str]:
     ``examples``: every step passes (the failure gallery's tests fail as it expects); the
     outcomes of its whole-suite step, run in written order with no other plugin."""
     junit = examples.parent / "junit-demo.xml"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
     result = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "demo.py"), "--copy-to", str(examples),
          "--without-instruction-counts", *WITHOUT_OTHERS, f"--junitxml={junit}"],
-        env=env, capture_output=True, text=True, timeout=900,
+        env=_environment(), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
