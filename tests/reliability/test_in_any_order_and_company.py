@@ -28,11 +28,6 @@ OTHERS = {
 MISSING = [name for name, module in OTHERS.items() if importlib.util.find_spec(module) is None]
 WITHOUT_OTHERS = [arg for name in OTHERS for arg in ("-p", f"no:{name}")]
 
-# the suites' written-order runs (the module's fixture, the demo included: a minute and
-# a half) are made once: under
-# `-n 2 --dist loadgroup` (tox -e suite) every test of this module runs on one worker
-pytestmark = pytest.mark.xdist_group("suites-in-any-order")
-
 GENERATED = """
 import pytest
 import torch
@@ -162,25 +157,25 @@ def _our_warnings(output: str) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def suites(tmp_path_factory) -> dict[str, tuple[Path, dict[str, str]]]:
-    """Each suite in a folder of its own, with its outcomes in written order and no
-    other plugin loaded."""
-    examples = tmp_path_factory.mktemp("examples") / "examples"
-    outcomes, output = _demo(examples)
-    assert outcomes and "failure" not in outcomes.values(), output
-    found = {"examples": (examples, outcomes)}
-    generated = tmp_path_factory.mktemp("generated")
+def _written_order(suite: str, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The suite in a folder of its own, with its outcomes in written order and no other
+    plugin loaded. Each test makes only its own suite's run (the examples' is the demo's, a
+    minute and a half), so no test waits for another's and none is made twice, however
+    the tests are spread over workers."""
+    if suite == "examples":
+        examples = tmp_path / "examples"
+        outcomes, output = _demo(examples)
+        assert outcomes and "failure" not in outcomes.values(), output
+        return examples, outcomes
+    generated = tmp_path / "generated"
+    generated.mkdir()
     (generated / "test_generated.py").write_text(GENERATED)
     (generated / "pytest.ini").write_text("[pytest]\n")
     outcomes, output = _run(generated, *WITHOUT_OTHERS)
-    assert outcomes, output
-    found["generated"] = (generated, outcomes)
-    generated_outcomes = found["generated"][1]
-    assert generated_outcomes["test_generated::test_a_real_mismatch_fails"] == "failure"
-    assert generated_outcomes["test_generated::test_missing_baseline_is_a_skip"] == "skipped"
-    assert generated_outcomes["test_generated::test_on_two_ranks"] == "passed"
-    return found
+    assert outcomes.get("test_generated::test_a_real_mismatch_fails") == "failure", output
+    assert outcomes["test_generated::test_missing_baseline_is_a_skip"] == "skipped"
+    assert outcomes["test_generated::test_on_two_ranks"] == "passed"
+    return generated, outcomes
 
 
 @pytest.mark.skipif(
@@ -188,11 +183,11 @@ def suites(tmp_path_factory) -> dict[str, tuple[Path, dict[str, str]]]:
     reason=f"needs {', '.join(f'pytest-{m}' for m in MISSING)} (tox -e suite has them)",
 )
 @pytest.mark.parametrize("suite", ["examples", "generated"])
-def test_same_outcomes_in_random_order_alongside_common_plugins(suites, suite):
+def test_same_outcomes_in_random_order_alongside_common_plugins(tmp_path, suite):
     """A shuffled order (pytest-randomly, seed 4) with coverage, timeouts, reruns and
     pytest-benchmark loaded: the outcomes of the written order, no warning of ours.
     (Every package's own suite also runs in a fresh random order on each test run.)"""
-    folder, expected = suites[suite]
+    folder, expected = _written_order(suite, tmp_path)
     outcomes, output = _run(
         folder, "-p", "randomly", "--randomly-seed=4", "--cov", "--cov-report=", "--timeout=300",
         "--reruns=1", "-W", "default",
