@@ -104,7 +104,7 @@ while True:
 
 
 def test_a_writer_killed_mid_write_leaves_the_old_or_the_new_file(tmp_path):
-    """SIGKILL 20 times, at random moments and (every fourth kill) in the middle of a
+    """SIGKILL 12 times, at random moments and (every third kill) in the middle of a
     write, whatever the machine's speed: the file always parses and holds every old
     entry plus a gap-free run of new ones; leftovers never block the next writer."""
     path = tmp_path / "baselines.json"
@@ -115,9 +115,9 @@ def test_a_writer_killed_mid_write_leaves_the_old_or_the_new_file(tmp_path):
     old = _entries(path)
     rng = random.Random(20261130)
     mid_write = kills = 0
-    while kills < 20:
+    while kills < 12:
         kills += 1
-        in_a_write = kills % 4 == 0
+        in_a_write = kills % 3 == 0
         process = subprocess.Popen(
             [sys.executable, "-c", KILLED_WRITER, str(path), f"kill{kills}",
              "signal" if in_a_write else "random"],
@@ -143,7 +143,7 @@ def test_a_writer_killed_mid_write_leaves_the_old_or_the_new_file(tmp_path):
         assert "after" in _entries(path)
         assert not list(tmp_path.glob(".baselines.json.*.tmp"))
         old = _entries(path)
-    assert mid_write >= 5, f"only {mid_write} of {kills} kills landed during a write"
+    assert mid_write >= 4, f"only {mid_write} of {kills} kills landed during a write"
 
 
 CONTENTS = {
