@@ -21,6 +21,7 @@ from pytest_torch.ci.annotations import (
     same_file,
 )
 from pytest_torch.ci.notes import add_note, why
+from pytest_torch.core.ids import plain_nodeid
 
 if TYPE_CHECKING:
     import pytest
@@ -106,7 +107,7 @@ def _process(
         pairs, caught_earlier = artifacts.of_failure(error, announced)
         if not pairs:
             return notes
-        written = artifacts.write(folder, item.nodeid, pairs)
+        written = artifacts.write(folder, plain_nodeid(item), pairs)
     except Exception as problem:
         notes.append(
             f"failure artifacts: nothing saved in {folder} ({why(problem)})."

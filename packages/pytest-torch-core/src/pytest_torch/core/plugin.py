@@ -14,6 +14,7 @@ import pytest
 
 from pytest_torch.core import devices, hookspecs, reach, seeding, session, torch_logs
 from pytest_torch.core.chosen_device import resolve_device
+from pytest_torch.core.ids import plain_nodeid
 from pytest_torch.core.markers import DEVICES
 from pytest_torch.core.options import DEVICE, SEED, add_options, read_settings
 from pytest_torch.core.rerun import rerun_command
@@ -154,7 +155,7 @@ def pytest_runtest_makereport(
     seed = item.stash.get(seed_key, None)
     if report.failed and seed is not None:
         settings = get_settings(item.config)
-        command = rerun_command(item.config, item.nodeid, [f"{SEED}={settings.base_seed}"])
+        command = rerun_command(item.config, plain_nodeid(item), [f"{SEED}={settings.base_seed}"])
         report.sections.append(
             (
                 "torch_seed",
@@ -202,7 +203,7 @@ def torch_seed(request: pytest.FixtureRequest) -> Generator[int, None, None]:
     is restored after the test, pass or fail.
     """
     settings = get_settings(request.config)
-    seed = seeding.derive_seed(settings.base_seed, request.node.nodeid)
+    seed = seeding.derive_seed(settings.base_seed, plain_nodeid(request.node))
     snapshot = seeding.capture()
     request.node.stash[seed_key] = seed
     try:

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from pytest_torch.core.ids import plain_nodeid
 from pytest_torch.core.rerun import rerun_command
 from pytest_torch.determinism import flags
 from pytest_torch.determinism.options import (
@@ -35,9 +36,9 @@ def _switch_and_rerun(item: pytest.Item) -> tuple[str, str]:
     the test without it, from where pytest was started."""
     ini = DETERMINISTIC_OPTION.ini
     if not DETERMINISTIC_OPTION.given(item.config):
-        command = rerun_command(item.config, item.nodeid, ["-o", f"{ini}=false"])
+        command = rerun_command(item.config, plain_nodeid(item), ["-o", f"{ini}=false"])
         return f"{ini} = true (ini)", command
-    command = f"{rerun_command(item.config, item.nodeid)} (without {DETERMINISTIC})"
+    command = f"{rerun_command(item.config, plain_nodeid(item))} (without {DETERMINISTIC})"
     return DETERMINISTIC, command
 
 

@@ -23,6 +23,7 @@ from typing import Literal
 import pytest
 
 from pytest_torch.core.cpus import available_cores
+from pytest_torch.core.ids import plain_nodeid
 from pytest_torch.distributed import protocol as msg
 from pytest_torch.distributed import rank_warnings
 from pytest_torch.distributed.parts import phase_report
@@ -48,7 +49,7 @@ class Controller:
 
     def planned(self, item: pytest.Item, plan: Plan) -> None:
         if plan.skip is None:
-            self.nodeids.setdefault(plan.pool_key, []).append(item.nodeid)
+            self.nodeids.setdefault(plan.pool_key, []).append(plain_nodeid(item))
 
     @property
     def workdir(self) -> Path:
@@ -70,17 +71,17 @@ class Controller:
             except PoolStartError as exc:
                 text = f"the ranks could not start ({plan.describe()}): {exc}"
                 # the same command line starts them the same way: not again in this run
-                self.start_failures[plan.pool_key] = f"{text}\n(first seen at {item.nodeid})"
+                self.start_failures[plan.pool_key] = f"{text}\n(first seen at {plain_nodeid(item)})"
                 return [_error(item, "setup", text)]
             started = pool.started_s
-        problem = pool.missing.get(item.nodeid)
+        problem = pool.missing.get(plain_nodeid(item))
         if problem is not None:
             kind, why = problem
             if kind == "skipped":
                 return [_skipped(item, f"skipped in the ranks' collection: {why}")]
             return [_error(item, "setup", f"the ranks could not collect this test:\n{why}")]
         shared = new_shared_dir(item)
-        run = pool.run(item.nodeid, plan.timeout, str(shared) if shared else "")
+        run = pool.run(plain_nodeid(item), plan.timeout, str(shared) if shared else "")
         per_rank = {state.rank: state.warnings for state in run.ranks}
         rank_warnings.relay(item, per_rank, plan.world_size)
         reports = merged_reports(self.config, item, run) or [

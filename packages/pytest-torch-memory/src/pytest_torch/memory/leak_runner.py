@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_torch.core import reach, seeding
+from pytest_torch.core.ids import plain_nodeid
 from pytest_torch.core.rerun import rerun_command
 from pytest_torch.core.testkinds import is_async, is_unittest, kind_of
 from pytest_torch.memory.asked import leak_check_of, runs_once
@@ -101,7 +102,7 @@ def raised_in_run(item: pytest.Item) -> str | None:
             " in every run and order."
         )
     if not marked:
-        command = rerun_command(item.config, item.nodeid)
+        command = rerun_command(item.config, plain_nodeid(item))
         lines.append(f"Run it as before with: {command} (without {LEAK_CHECK})")
     return "\n".join(lines)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_torch.core.chosen_device import chosen_device
+from pytest_torch.core.ids import plain_nodeid
 from pytest_torch.perf.calls import work_device
 from pytest_torch.perf.checks.latency_budget import LATENCY_BUDGET, count_call
 from pytest_torch.perf.engines import ENGINES
@@ -49,7 +50,7 @@ def new_label(item: pytest.Item, name: str | None, kind: str) -> str:
     budget of the same test had it: that row becomes ``<test id>::latency-budget``, as
     does a budget's row after a perf_baseline."""
     labels = item.stash.setdefault(labels_key, {})
-    text = item.nodeid if name is None else f"{item.nodeid}::{name}"
+    text = plain_nodeid(item) if name is None else f"{plain_nodeid(item)}::{name}"
     if kind == "latency":
         if labels.get(text) == "baseline":
             text += BUDGET_SUFFIX

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_torch.core.checks import Check
+from pytest_torch.core.ids import plain_nodeid
 from pytest_torch.core.markers import MarkerSpec, definition_of
 from pytest_torch.perf.compilation.checks import CompileBudget as Budget
 from pytest_torch.perf.compilation.checks import CompileRecord, judge, parse_budget
@@ -65,13 +66,13 @@ class CompileBudget(Check):
         elif raised is not None:
             verdict = "test failed"
         else:
-            failure = judge(item.nodeid, watch.report, test_budget, MARKER)
+            failure = judge(plain_nodeid(item), watch.report, test_budget, MARKER)
             if failure is None:
                 verdict = "ok"
             elif watch.report.compiles == 0:
                 verdict = "compiled nothing"
             else:
                 verdict = "over budget"
-        record = CompileRecord.of(item.nodeid, watch.report, test_budget, verdict)
+        record = CompileRecord.of(plain_nodeid(item), watch.report, test_budget, verdict)
         item.user_properties.extend(record.to_properties())
         return failure

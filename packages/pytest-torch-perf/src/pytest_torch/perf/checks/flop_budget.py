@@ -10,6 +10,7 @@ import pytest
 
 from pytest_torch.core import reach
 from pytest_torch.core.checks import Check
+from pytest_torch.core.ids import plain_nodeid
 from pytest_torch.core.markers import MarkerSpec, definition_of
 from pytest_torch.perf.engines.flops.counting import FlopCounting
 from pytest_torch.perf.engines.flops.engine import budget_record
@@ -63,7 +64,7 @@ class FlopBudget(Check):
         failure stands); the failure when the body went over its budget."""
         state.__exit__(None, None, None)
         gflops, counted = budget(item), state.result
-        failure = None if raised is not None else over_budget(item.nodeid, counted, gflops)
+        failure = None if raised is not None else over_budget(plain_nodeid(item), counted, gflops)
         if raised is not None:
             verdict = "test failed" if not isinstance(raised, pytest.skip.Exception) else "skipped"
         elif failure is not None:
@@ -82,7 +83,7 @@ def _label(item: pytest.Item) -> str:
     """The budget row's name: the test id, or ``<test id>::flop-budget`` where the body
     already made a row of that name (a ``perf_baseline`` or ``latency`` call): two rows,
     never one that mixes both, and JUnit property names that stay unique."""
-    taken = f"{PREFIX}{item.nodeid}."
+    taken = f"{PREFIX}{plain_nodeid(item)}."
     if any(str(name).startswith(taken) for name, _ in item.user_properties):
-        return f"{item.nodeid}::flop-budget"
-    return item.nodeid
+        return f"{plain_nodeid(item)}::flop-budget"
+    return plain_nodeid(item)

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
+from pytest_torch.core.ids import plain_nodeid
+
 if TYPE_CHECKING:
     import torch
 
@@ -52,7 +54,7 @@ class CallCheck:
 
     @property
     def node_id(self) -> str:
-        return self.item.nodeid
+        return plain_nodeid(self.item)
 
 
 class Engine(Protocol):

@@ -13,6 +13,7 @@ from typing import cast
 import pytest
 
 from pytest_torch.core.chosen_device import resolve_device
+from pytest_torch.core.ids import plain_nodeid
 from pytest_torch.core.selection import device_types_for
 from pytest_torch.perf.calls import torch_threads
 from pytest_torch.perf.engines.base import CallCheck, default_tolerances
@@ -64,8 +65,8 @@ def run_case(item: pytest.Function, session: PerfSession) -> None:
     # model and inputs are moved there, so that is the device timed and measured
     device = resolve_device(item.config, case.device_type)
     result = cases.CaseResult(
-        suite=item.nodeid.split("[")[0],
-        test_id=item.nodeid,
+        suite=plain_nodeid(item).split("[")[0],
+        test_id=plain_nodeid(item),
         device=str(device),
         dtype=case.dtype,
         mode=case.mode,
@@ -90,7 +91,7 @@ def run_case(item: pytest.Function, session: PerfSession) -> None:
     engine = session.engine
     call = CallCheck(
         item=item,
-        label=item.nodeid,
+        label=plain_nodeid(item),
         name="",
         target=model,
         inputs=args,

@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_torch.core.ids import plain_nodeid
 from pytest_torch.perf.options import (
     BASELINES,
     BENCHMARK,
@@ -119,7 +120,7 @@ def fresh_args(invocation: list[str], positional: list[str], test: str) -> list[
 def test_argument(item: pytest.Item) -> str:
     """The test as an argument that names it from any folder: its file's absolute path
     and the rest of its id."""
-    _, _, rest = item.nodeid.partition("::")
+    _, _, rest = plain_nodeid(item).partition("::")
     return f"{item.path}::{rest}" if rest else str(item.path)
 
 
