@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import flop_registry
 
 from pytest_torch.perf.engines.flops.counting import (
@@ -367,3 +368,38 @@ def test_counts_show_every_digit():
     assert fmt_flops(2_097_152) == "2,097,152 FLOPs"
     assert fmt_flops(0) == "0 FLOPs"
     assert fmt_flops(1.5e9) == "1,500,000,000 FLOPs"
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self, reentrant: bool | None = None) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
+        self.head = nn.Linear(64, 1)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        if self.reentrant is None:
+            return self.head(self.block(x))
+        return self.head(checkpoint(self.block, x, use_reentrant=self.reentrant))
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_checkpoint_recompute_is_counted_and_told_apart(reentrant):
+    """Activation checkpointing runs the block's forward again in backward: its Linear,
+    2 x 100 x 64 x 64 FLOPs more, counted as it ran; the non-reentrant variant's are
+    told apart as recomputed (the reentrant one leaves no mark to tell them by)."""
+    x = torch.randn(100, 64, requires_grad=True)
+    plain, checkpointed = _Checkpointed(), _Checkpointed(reentrant)
+    checkpointed.load_state_dict(plain.state_dict())
+    before = count_flops(lambda: plain(x).sum().backward())
+    after = count_flops(lambda: checkpointed(x).sum().backward())
+    assert before.recomputed == 0
+    assert after.total == before.total + 2 * 100 * 64 * 64
+    assert after.recomputed == (0 if reentrant else 2 * 100 * 64 * 64)
+
+
+def test_the_recomputed_share_round_trips_and_old_entries_have_none():
+    count = FlopCount(10, by_op={"aten.mm": 10}, recomputed=4)
+    assert FlopCount.from_json(json.loads(json.dumps(count.to_json()))) == count
+    assert "recomputed" not in FlopCount(10).to_json()
+    assert FlopCount.from_json({"total": 10}).recomputed == 0

@@ -268,3 +268,25 @@ def test_a_missing_baseline_skips_or_fails_when_strict_and_names_other_keys():
         " under torch=2.13.0" in elsewhere.message
     )
     assert elsewhere.message.endswith("record one for this one with: RERECORD")
+
+
+def test_a_recompute_in_backward_is_said_where_it_grew():
+    """A checkpointed block's forward runs again in backward; torch's module tracker
+    files it also under the module whose backward ran (here the ReLU): the message says
+    how much was recomputation and why that module shows FLOPs."""
+    modules = {"Net": 2_496_000, "Net.block": 2_457_600, "Net.block.0": 2_457_600}
+    baseline = FlopCount(2_496_000, by_op={"aten.mm": 1_664_000, "aten.addmm": 832_000},
+                         by_module=modules)  # fmt: skip
+    now = FlopCount(
+        3_315_200,
+        by_op={"aten.mm": 1_664_000, "aten.addmm": 1_651_200},
+        by_module={**{k: v + 819_200 for k, v in modules.items()}, "Net.block.1": 819_200},
+        recomputed=819_200,
+    )
+    said = "  of these, 819,200 FLOPs (baseline: 0 FLOPs) ran again in backward: activation"
+    message = judge_count("t", baseline, now, 0.0, "R").message
+    assert any(line.startswith(said) for line in message.splitlines()), message
+    assert "under the module whose backward was running" in message
+    assert "ran again in backward" not in judge_count("t", now, now, 0.0, "R").message
+    budget = over_budget("t", now, 0.001)
+    assert budget is not None and "  of these, 819,200 FLOPs ran again in backward:" in budget

@@ -31,6 +31,14 @@ Its limit: a kernel of torch's own whose name says nothing of its work is not na
 work outside torch's dispatcher (NumPy, a Triton kernel launched by hand) is not seen;
 FFTs are outside the counter's definition, like pointwise ops.
 
+Activation checkpointing (``torch.utils.checkpoint``, ``use_reentrant=False``) runs a
+block's forward again in backward; the count includes that work, as it ran, and says how
+much of it was recomputation (:attr:`FlopCount.recomputed`): torch's module tracker files
+recomputed ops under the recomputed modules and also under the module whose backward was
+running, which may have no FLOPs of its own (an activation). The watcher knows a
+recompute by the saved-tensor hooks torch's checkpoint pushes for it; the reentrant
+variant leaves no such mark and its recomputation is counted but not told apart.
+
 A count is exact and deterministic: the same ops on the same shapes count the same, on
 any device (the device decides which kernels run: CPU and CUDA may differ). A module
 runs under ``torch.inference_mode()`` (its train or eval mode is the caller's); any
@@ -108,16 +116,22 @@ class FlopCount:
     #: ops that ran and do matrix, convolution or attention work without a FLOP formula
     #: -> how many times they ran: their work is not in the figures above
     uncounted: dict[str, int] = field(default_factory=dict)
+    #: FLOPs of the total that ran again in backward, recomputed by activation
+    #: checkpointing
+    recomputed: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The baseline file's entry: the total, the largest :data:`KEPT` modules and
         ops, and every uncounted op."""
-        return {
+        entry: dict[str, Any] = {
             "total": self.total,
             "by_module": _largest(self.by_module, KEPT),
             "by_op": _largest(self.by_op, KEPT),
             "uncounted": dict(sorted(self.uncounted.items())),
         }
+        if self.recomputed:
+            entry["recomputed"] = self.recomputed
+        return entry
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FlopCount:
@@ -128,6 +142,7 @@ class FlopCount:
             by_module=_counts(data.get("by_module", {}), "by_module"),
             by_op=_counts(data.get("by_op", {}), "by_op"),
             uncounted=_counts(data.get("uncounted", {}), "uncounted"),
+            recomputed=_whole(data.get("recomputed", 0), "recomputed"),
         )
 
 
@@ -159,6 +174,7 @@ class FlopCounting:
         self._stack: contextlib.ExitStack | None = None
         self._counts: Callable[[], dict[str, dict[Any, int]]] | None = None
         self._uncounted: Counter[str] = Counter()
+        self._recomputed: _Recomputed | None = None
 
     def __enter__(self) -> FlopCounting:
         from torch.utils.flop_counter import FlopCounterMode
@@ -168,9 +184,12 @@ class FlopCounting:
             raise RuntimeError("a FlopCounting counts once: make a new one")
         counter = FlopCounterMode(display=False)
         self._counts = counter.get_flop_counts
+        # read each time: entering the counter empties its counts
+        self._recomputed = _Recomputed(lambda: sum(counter.flop_counts.get("Global", {}).values()))
         with contextlib.ExitStack() as stack:
             # the watcher first: under the counter, it sees the ops the counter runs whole
-            stack.enter_context(_watcher(counter.flop_registry, self._uncounted))
+            watcher = _watcher(counter.flop_registry, self._uncounted, self._recomputed)
+            stack.enter_context(watcher)
             stack.enter_context(counter)
             self._stack = stack.pop_all()
         return self
@@ -187,7 +206,8 @@ class FlopCounting:
             self._stack.__exit__(kind, error, traceback)
         finally:
             _active.remove(self)
-            self.result = _count_of(self._counts(), self._uncounted)
+            recomputed = self._recomputed.end() if self._recomputed is not None else 0
+            self.result = _count_of(self._counts(), self._uncounted, recomputed)
 
 
 #: the countings running now (a FLOP budget's around a test body)
@@ -241,7 +261,9 @@ def count_flops(target: Callable[..., object], *inputs: Any, **kwargs: Any) -> F
     return counting.result
 
 
-def _count_of(counts: Mapping[str, Mapping[Any, int]], uncounted: Mapping[str, int]) -> FlopCount:
+def _count_of(
+    counts: Mapping[str, Mapping[Any, int]], uncounted: Mapping[str, int], recomputed: int = 0
+) -> FlopCount:
     by_op = {str(op): flops for op, flops in counts.get("Global", {}).items() if flops}
     modules = {module: sum(ops.values()) for module, ops in counts.items() if module != "Global"}
     by_module = {module: flops for module, flops in modules.items() if flops}
@@ -250,12 +272,50 @@ def _count_of(counts: Mapping[str, Mapping[Any, int]], uncounted: Mapping[str, i
         by_op=_largest(by_op),
         by_module=_largest(by_module),
         uncounted=dict(sorted(uncounted.items())),
+        recomputed=recomputed,
     )
 
 
-def _watcher(formulas: Mapping[Any, Any], uncounted: Counter[str]) -> TorchDispatchMode:
+class _Recomputed:
+    """The FLOPs of the ops run as activation-checkpoint recomputation. The counter adds
+    an op's FLOPs once the op has run, so an op's share is how much the counter's total
+    (``totals()``) grew by the next op the watcher sees, or by the end."""
+
+    def __init__(self, totals: Callable[[], int]) -> None:
+        self.flops = 0
+        self._totals = totals
+        self._last = 0
+        self._recomputing = False
+
+    def op(self, recomputing: bool) -> None:
+        now = self._totals()
+        if self._recomputing:
+            self.flops += now - self._last
+        self._last, self._recomputing = now, recomputing
+
+    def end(self) -> int:
+        self.op(False)
+        return self.flops
+
+
+def _recomputing() -> bool:
+    """Whether the op about to run is checkpoint recomputation: autograd runs a backward
+    and the innermost saved-tensor hooks are those torch's non-reentrant checkpoint
+    pushes around its recompute (``torch.utils.checkpoint._recomputation_hook``)."""
+    import torch
+
+    if torch._C._current_graph_task_id() == -1:
+        return False
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(True)
+    return hooks is not None and "_recomputation_hook" in getattr(hooks[0], "__qualname__", "")
+
+
+def _watcher(
+    formulas: Mapping[Any, Any], uncounted: Counter[str], recomputed: _Recomputed
+) -> TorchDispatchMode:
     """A dispatch mode that adds to ``uncounted`` each op it sees run that does matrix,
-    convolution or attention work and has no formula in ``formulas``."""
+    convolution or attention work and has no formula in ``formulas``, and tells
+    ``recomputed`` whether each op is checkpoint recomputation."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class FormulaLessWork(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -267,6 +327,7 @@ def _watcher(formulas: Mapping[Any, Any], uncounted: Counter[str]) -> TorchDispa
             kwargs: dict[str, Any] | None = None,
         ) -> Any:
             __tracebackhide__ = True
+            recomputed.op(_recomputing())
             if _uncounted_work(func, formulas):
                 uncounted[str(func.overloadpacket)] += 1
             return func(*args, **(kwargs or {}))

@@ -96,6 +96,7 @@ def judge_count(
             f" = {_ratio_text(verdict)}; limit {fmt_flops(verdict.limit)}"
             f" = baseline x (1 + tolerance {tolerance:g})",
             *attribution(baseline, now),
+            *recompute_lines(baseline, now),
             *coverage,
             "  FLOP counts are exact: the extra FLOPs are the code's, not the machine's"
             " (unless the work depends on unseeded random data: seed it with torch_seed)."
@@ -239,6 +240,7 @@ def over_budget(label: str, now: FlopCount, gflops: float) -> str | None:
         f" GFLOPs ({_limit_text(limit)}) by {fmt_flops(over)}{_share_over(over, limit)}",
         *_largest_lines("most FLOPs per module (each with its submodules'):", now.by_module, now),
         *_largest_lines("most FLOPs per aten op:", now.by_op, now),
+        *recompute_lines(FlopCount(0), now),
         *coverage_lines(now),
         "  FLOP counts are exact: the body does this much work on any machine. Make it do"
         " less, or, if the work is intended, raise the budget to at least"
@@ -298,6 +300,20 @@ def attribution(baseline: FlopCount, now: FlopCount) -> list[str]:
     if ops:
         lines += ["    aten ops:", *ops]
     return lines
+
+
+def recompute_lines(baseline: FlopCount, now: FlopCount) -> list[str]:
+    """What activation checkpointing added, where its share changed: its recompute in
+    backward is counted as it ran, and torch's module tracker files it in two places."""
+    if now.recomputed == baseline.recomputed:
+        return []
+    was = f" (baseline: {fmt_flops(baseline.recomputed)})" if baseline.total else ""
+    how = (
+        "activation checkpointing recomputes the checkpointed forward there. torch files"
+        " each recomputed op under the recomputed modules and also under the module whose"
+        " backward was running, which may do no such work itself (an activation, a norm)"
+    )
+    return [f"  of these, {fmt_flops(now.recomputed)}{was} ran again in backward: {how}"]
 
 
 def _grew_most(before: Mapping[str, int], now: Mapping[str, int]) -> list[str]:
