@@ -221,7 +221,9 @@ def test_a_plain_callable_runs_as_given():
         return torch.matmul(a, b)
 
     counted = _exact(product, torch.randn(4, 3), torch.randn(3, 5))
-    assert counted == FlopCount(120, {"aten.mm": 120}, {}, {})
+    assert counted == FlopCount(
+        120, {"aten.mm": 120}, {}, {}, by_shape={"aten.mm [4, 3] x [3, 5]": 120}
+    )
     assert seen == [False, False]  # not under inference_mode: that is for modules
 
     class Probe(nn.Module):
@@ -398,8 +400,22 @@ def test_a_checkpoint_recompute_is_counted_and_told_apart(reentrant):
     assert after.recomputed == (0 if reentrant else 2 * 100 * 64 * 64)
 
 
-def test_the_recomputed_share_round_trips_and_old_entries_have_none():
-    count = FlopCount(10, by_op={"aten.mm": 10}, recomputed=4)
+def test_the_recomputed_share_and_shapes_round_trip_and_old_entries_have_none():
+    count = FlopCount(10, by_op={"aten.mm": 10}, recomputed=4, by_shape={"aten.mm [2] x [2]": 10})
     assert FlopCount.from_json(json.loads(json.dumps(count.to_json()))) == count
-    assert "recomputed" not in FlopCount(10).to_json()
-    assert FlopCount.from_json({"total": 10}).recomputed == 0
+    assert not {"recomputed", "by_shape"} & set(FlopCount(10).to_json())
+    old = FlopCount.from_json({"total": 10})
+    assert old.recomputed == 0 and old.by_shape == {}
+
+
+def test_each_ops_flops_are_kept_by_the_shapes_of_its_inputs():
+    """A Linear(64, 64) on 100 rows is one addmm of bias [64], input [100, 64] and the
+    transposed weight [64, 64]; a training step's shapes add up to its total."""
+    assert _exact(nn.Linear(64, 64), torch.randn(100, 64)).by_shape == {
+        "aten.addmm [64] x [100, 64] x [64, 64]": 2 * 100 * 64 * 64
+    }
+    model = nn.Sequential(nn.Linear(32, 48), nn.ReLU(), nn.Linear(48, 8))
+    step = count_flops(lambda: model(torch.randn(16, 32)).sum().backward())
+    assert sum(step.by_shape.values()) == step.total
+    # the gradient of the second layer's input: its output's [16, 8] by its weight
+    assert step.by_shape["aten.mm [16, 8] x [8, 48]"] == 2 * 16 * 8 * 48

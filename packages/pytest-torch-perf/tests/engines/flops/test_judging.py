@@ -290,3 +290,17 @@ def test_a_recompute_in_backward_is_said_where_it_grew():
     assert "ran again in backward" not in judge_count("t", now, now, 0.0, "R").message
     budget = over_budget("t", now, 0.001)
     assert budget is not None and "  of these, 819,200 FLOPs ran again in backward:" in budget
+
+
+def test_the_shapes_whose_flops_grew_are_named_once_the_baseline_keeps_them():
+    shape = "aten.mm [100, 64] x [64, 64]"
+    baseline = FlopCount(819_200, by_op={"aten.mm": 819_200}, by_shape={shape: 819_200})
+    grown = "aten.mm [100, 96] x [96, 64]"
+    now = FlopCount(1_228_800, by_op={"aten.mm": 1_228_800}, by_shape={grown: 1_228_800})
+    lines = judge_count("t", baseline, now, 0.0, "R").message.splitlines()
+    at = lines.index("    aten ops by the shapes of their inputs:")
+    assert lines[at + 1].split() == ["+1,228,800", *grown.split(), "(0", "->", "1,228,800)"]
+    unshaped = FlopCount(819_200, by_op={"aten.mm": 819_200})
+    message = judge_count("t", unshaped, now, 0.0, "R").message
+    assert "(the baseline keeps no FLOPs per input shape: re-record it to see them)" in message
+    assert grown not in message

@@ -39,6 +39,9 @@ running, which may have no FLOPs of its own (an activation). The watcher knows a
 recompute by the saved-tensor hooks torch's checkpoint pushes for it; the reentrant
 variant leaves no such mark and its recomputation is counted but not told apart.
 
+Each counted op's FLOPs are also kept by its input shapes (:attr:`FlopCount.by_shape`,
+``aten.mm [100, 64] x [64, 64]``), so a regression can name the shapes whose work grew.
+
 A count is exact and deterministic: the same ops on the same shapes count the same, on
 any device (the device decides which kernels run: CPU and CUDA may differ). A module
 runs under ``torch.inference_mode()`` (its train or eval mode is the caller's); any
@@ -119,6 +122,9 @@ class FlopCount:
     #: FLOPs of the total that ran again in backward, recomputed by activation
     #: checkpointing
     recomputed: int = 0
+    #: aten op and its tensor inputs' shapes ("aten.mm [100, 64] x [64, 64]") -> its
+    #: FLOPs, largest first
+    by_shape: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The baseline file's entry: the total, the largest :data:`KEPT` modules and
@@ -131,6 +137,8 @@ class FlopCount:
         }
         if self.recomputed:
             entry["recomputed"] = self.recomputed
+        if self.by_shape:
+            entry["by_shape"] = _largest(self.by_shape, KEPT)
         return entry
 
     @classmethod
@@ -143,6 +151,7 @@ class FlopCount:
             by_op=_counts(data.get("by_op", {}), "by_op"),
             uncounted=_counts(data.get("uncounted", {}), "uncounted"),
             recomputed=_whole(data.get("recomputed", 0), "recomputed"),
+            by_shape=_counts(data.get("by_shape", {}), "by_shape"),
         )
 
 
@@ -174,7 +183,7 @@ class FlopCounting:
         self._stack: contextlib.ExitStack | None = None
         self._counts: Callable[[], dict[str, dict[Any, int]]] | None = None
         self._uncounted: Counter[str] = Counter()
-        self._recomputed: _Recomputed | None = None
+        self._shares: _OpShares | None = None
 
     def __enter__(self) -> FlopCounting:
         from torch.utils.flop_counter import FlopCounterMode
@@ -185,10 +194,10 @@ class FlopCounting:
         counter = FlopCounterMode(display=False)
         self._counts = counter.get_flop_counts
         # read each time: entering the counter empties its counts
-        self._recomputed = _Recomputed(lambda: sum(counter.flop_counts.get("Global", {}).values()))
+        self._shares = _OpShares(lambda: sum(counter.flop_counts.get("Global", {}).values()))
         with contextlib.ExitStack() as stack:
             # the watcher first: under the counter, it sees the ops the counter runs whole
-            watcher = _watcher(counter.flop_registry, self._uncounted, self._recomputed)
+            watcher = _watcher(counter.flop_registry, self._uncounted, self._shares)
             stack.enter_context(watcher)
             stack.enter_context(counter)
             self._stack = stack.pop_all()
@@ -206,8 +215,9 @@ class FlopCounting:
             self._stack.__exit__(kind, error, traceback)
         finally:
             _active.remove(self)
-            recomputed = self._recomputed.end() if self._recomputed is not None else 0
-            self.result = _count_of(self._counts(), self._uncounted, recomputed)
+            shares = self._shares if self._shares is not None else _OpShares(lambda: 0)
+            shares.end()
+            self.result = _count_of(self._counts(), self._uncounted, shares)
 
 
 #: the countings running now (a FLOP budget's around a test body)
@@ -262,7 +272,7 @@ def count_flops(target: Callable[..., object], *inputs: Any, **kwargs: Any) -> F
 
 
 def _count_of(
-    counts: Mapping[str, Mapping[Any, int]], uncounted: Mapping[str, int], recomputed: int = 0
+    counts: Mapping[str, Mapping[Any, int]], uncounted: Mapping[str, int], shares: _OpShares
 ) -> FlopCount:
     by_op = {str(op): flops for op, flops in counts.get("Global", {}).items() if flops}
     modules = {module: sum(ops.values()) for module, ops in counts.items() if module != "Global"}
@@ -272,30 +282,46 @@ def _count_of(
         by_op=_largest(by_op),
         by_module=_largest(by_module),
         uncounted=dict(sorted(uncounted.items())),
-        recomputed=recomputed,
+        recomputed=shares.recomputed,
+        by_shape=_largest(shares.by_shape),
     )
 
 
-class _Recomputed:
-    """The FLOPs of the ops run as activation-checkpoint recomputation. The counter adds
-    an op's FLOPs once the op has run, so an op's share is how much the counter's total
-    (``totals()``) grew by the next op the watcher sees, or by the end."""
+class _OpShares:
+    """Each counted op's FLOPs, by its input shapes, and the share of them run as
+    activation-checkpoint recomputation. The counter adds an op's FLOPs once the op has
+    run, so an op's FLOPs are how much the counter's total (``totals()``) grew by the
+    next op the watcher sees, or by the end."""
 
     def __init__(self, totals: Callable[[], int]) -> None:
-        self.flops = 0
+        self.recomputed = 0
+        self.by_shape: Counter[str] = Counter()
         self._totals = totals
         self._last = 0
-        self._recomputing = False
+        self._op: tuple[Any, tuple[tuple[int, ...], ...], bool] | None = None
 
-    def op(self, recomputing: bool) -> None:
+    def op(self, func: Any, args: tuple[Any, ...], recomputing: bool) -> None:
         now = self._totals()
-        if self._recomputing:
-            self.flops += now - self._last
-        self._last, self._recomputing = now, recomputing
+        if self._op is not None and now > self._last:
+            name, shapes, recomputed = self._op
+            self.by_shape[_shape_key(name, shapes)] += now - self._last
+            self.recomputed += (now - self._last) if recomputed else 0
+        self._last = now
+        self._op = (func, _shapes(args), recomputing) if func is not None else None
 
-    def end(self) -> int:
-        self.op(False)
-        return self.flops
+    def end(self) -> None:
+        self.op(None, (), False)
+
+
+def _shapes(args: tuple[Any, ...]) -> tuple[tuple[int, ...], ...]:
+    import torch
+
+    return tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+
+
+def _shape_key(func: Any, shapes: tuple[tuple[int, ...], ...]) -> str:
+    """The op and the shapes of its tensor inputs: ``aten.mm [100, 64] x [64, 64]``."""
+    return " ".join([str(func.overloadpacket), " x ".join(str(list(s)) for s in shapes)]).strip()
 
 
 def _recomputing() -> bool:
@@ -311,11 +337,11 @@ def _recomputing() -> bool:
 
 
 def _watcher(
-    formulas: Mapping[Any, Any], uncounted: Counter[str], recomputed: _Recomputed
+    formulas: Mapping[Any, Any], uncounted: Counter[str], shares: _OpShares
 ) -> TorchDispatchMode:
     """A dispatch mode that adds to ``uncounted`` each op it sees run that does matrix,
-    convolution or attention work and has no formula in ``formulas``, and tells
-    ``recomputed`` whether each op is checkpoint recomputation."""
+    convolution or attention work and has no formula in ``formulas``, and hands
+    ``shares`` each op, its inputs and whether it is checkpoint recomputation."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class FormulaLessWork(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -327,7 +353,7 @@ def _watcher(
             kwargs: dict[str, Any] | None = None,
         ) -> Any:
             __tracebackhide__ = True
-            recomputed.op(_recomputing())
+            shares.op(func, args, _recomputing())
             if _uncounted_work(func, formulas):
                 uncounted[str(func.overloadpacket)] += 1
             return func(*args, **(kwargs or {}))

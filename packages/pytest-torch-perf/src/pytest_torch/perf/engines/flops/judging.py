@@ -292,6 +292,8 @@ def attribution(baseline: FlopCount, now: FlopCount) -> list[str]:
         return ["  (the baseline keeps no per-module or per-op FLOPs: re-record it to see where)"]
     modules = _grew_most(baseline.by_module, now.by_module)
     ops = _grew_most(baseline.by_op, now.by_op)
+    # a baseline recorded before counts kept shapes has none: every shape would "grow"
+    shapes = _grew_most(baseline.by_shape, now.by_shape) if baseline.by_shape else []
     if not modules and not ops:
         return ["  no single module or op grew: the extra FLOPs are spread thinly"]
     lines = ["  grew most (FLOPs per call: baseline -> now):"]
@@ -299,6 +301,10 @@ def attribution(baseline: FlopCount, now: FlopCount) -> list[str]:
         lines += ["    modules (each with its submodules'):", *modules]
     if ops:
         lines += ["    aten ops:", *ops]
+    if shapes:
+        lines += ["    aten ops by the shapes of their inputs:", *shapes]
+    elif now.by_shape and not baseline.by_shape:
+        lines += ["    (the baseline keeps no FLOPs per input shape: re-record it to see them)"]
     return lines
 
 
