@@ -136,10 +136,42 @@ def test_a_module_below_the_baselines_top_is_named_as_such():
     now = FlopCount(baseline.total + 5_000, by_module={**modules, "Net.extra": 5_000})
     message = judge_count("t", baseline, now, 0.0, "R").message
     assert f"up to +5,000  Net.extra  (below the baseline's top {KEPT} -> 5,000)" in message
-    # a baseline that kept everything had none of it
+    # a baseline that kept everything had none of it: a module it does not list is not
+    # growth of that module but a new name (added, renamed, or its work moved there)
     small = FlopCount(1_000, by_module={"Net.block0": 1_000})
     grown = FlopCount(6_000, by_module={"Net.block0": 1_000, "Net.extra": 5_000})
-    assert "+5,000  Net.extra  (0 -> 5,000)" in judge_count("t", small, grown, 0.0, "R").message
+    message = judge_count("t", small, grown, 0.0, "R").message
+    assert "    modules the baseline lists no FLOPs for (FLOPs now): Net.extra (5,000)" in message
+    assert "Net.extra  (0 -> 5,000)" not in message
+
+
+def test_a_layer_inserted_into_a_sequential_is_new_names_not_growth():
+    """Sequential(Linear(64, 64), ReLU(), Linear(64, 8)) on 32 rows, then a second
+    Linear(64, 64) inserted first: every index after it shifts."""
+    baseline = FlopCount(
+        294_912,
+        by_module={"Sequential": 294_912, "Sequential.0": 262_144, "Sequential.2": 32_768},
+        by_op={"aten.addmm": 294_912},
+    )
+    now = FlopCount(
+        557_056,
+        by_module={
+            "Sequential": 557_056,
+            "Sequential.0": 262_144,
+            "Sequential.1": 262_144,
+            "Sequential.3": 32_768,
+        },
+        by_op={"aten.addmm": 557_056},
+    )
+    lines = judge_count("t", baseline, now, 0.0, "R").message.splitlines()
+    grew = lines[lines.index("    modules (each with its submodules'):") + 1]
+    assert grew.split() == ["+262,144", "Sequential", "(294,912", "->", "557,056)"]
+    assert (
+        "    modules the baseline lists no FLOPs for (FLOPs now): Sequential.1 (262,144),"
+        " Sequential.3 (32,768)"
+    ) in lines
+    assert "    modules that count no FLOPs now (FLOPs then): Sequential.2 (32,768)" in lines
+    assert not any("(0 ->" in line for line in lines)
 
 
 def test_a_baseline_without_a_breakdown_asks_to_be_re_recorded():

@@ -290,21 +290,57 @@ def attribution(baseline: FlopCount, now: FlopCount) -> list[str]:
     """The lines naming the modules and the ops whose FLOPs grew most."""
     if not baseline.by_module and not baseline.by_op:
         return ["  (the baseline keeps no per-module or per-op FLOPs: re-record it to see where)"]
-    modules = _grew_most(baseline.by_module, now.by_module)
+    new, gone = _renamed(baseline.by_module, now.by_module)
+    modules = _grew_most(
+        baseline.by_module, {k: v for k, v in now.by_module.items() if k not in new}
+    )
     ops = _grew_most(baseline.by_op, now.by_op)
     # a baseline recorded before counts kept shapes has none: every shape would "grow"
     shapes = _grew_most(baseline.by_shape, now.by_shape) if baseline.by_shape else []
-    if not modules and not ops:
+    if not modules and not ops and not new and not gone:
         return ["  no single module or op grew: the extra FLOPs are spread thinly"]
     lines = ["  grew most (FLOPs per call: baseline -> now):"]
     if modules:
         lines += ["    modules (each with its submodules'):", *modules]
+    lines += _renamed_lines(new, gone)
     if ops:
         lines += ["    aten ops:", *ops]
     if shapes:
         lines += ["    aten ops by the shapes of their inputs:", *shapes]
     elif now.by_shape and not baseline.by_shape:
         lines += ["    (the baseline keeps no FLOPs per input shape: re-record it to see them)"]
+    return lines
+
+
+def _renamed(
+    before: Mapping[str, int], now: Mapping[str, int]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The modules with FLOPs now that the baseline does not name, and those it names
+    that count none now: added or removed, renamed (a ``Sequential``'s indices shift
+    when a layer is inserted), or their work moved (counts keep no module at 0). New
+    ones are known only where the baseline kept every module (fewer than :data:`KEPT`);
+    a count made now keeps them all."""
+    new = {name: flops for name, flops in now.items() if name not in before}
+    gone = {name: flops for name, flops in before.items() if name not in now}
+    return (new if len(before) < KEPT else {}), gone
+
+
+def _renamed_lines(new: Mapping[str, int], gone: Mapping[str, int]) -> list[str]:
+    def named(counts: Mapping[str, int]) -> str:
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        shown = ", ".join(f"{name} ({flops:,})" for name, flops in ranked[:NAMED])
+        return shown + (f" and {len(ranked) - NAMED} more" if len(ranked) > NAMED else "")
+
+    lines = []
+    if new:
+        lines.append(f"    modules the baseline lists no FLOPs for (FLOPs now): {named(new)}")
+    if gone:
+        lines.append(f"    modules that count no FLOPs now (FLOPs then): {named(gone)}")
+    if lines:
+        lines.append(
+            "    (added or removed, renamed: a Sequential's indices shift when a layer is"
+            " inserted, or their work moved: compare their parents' figures)"
+        )
     return lines
 
 
