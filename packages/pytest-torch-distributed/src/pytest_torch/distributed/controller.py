@@ -60,7 +60,7 @@ class Controller:
     def run(self, item: pytest.Item, plan: Plan) -> list[pytest.TestReport]:
         """Run ``item`` on its pool; the reports pytest logs for it. The warnings the
         ranks raised are recorded for it as pytest records a test's own."""
-        started = 0.0
+        started, nodeid = 0.0, plain_nodeid(item)
         failed_start = self.start_failures.get(plan.pool_key)
         if failed_start is not None:
             return [_error(item, "setup", failed_start)]
@@ -71,17 +71,17 @@ class Controller:
             except PoolStartError as exc:
                 text = f"the ranks could not start ({plan.describe()}): {exc}"
                 # the same command line starts them the same way: not again in this run
-                self.start_failures[plan.pool_key] = f"{text}\n(first seen at {plain_nodeid(item)})"
+                self.start_failures[plan.pool_key] = f"{text}\n(first seen at {nodeid})"
                 return [_error(item, "setup", text)]
             started = pool.started_s
-        problem = pool.missing.get(plain_nodeid(item))
+        problem = pool.missing.get(nodeid)
         if problem is not None:
             kind, why = problem
             if kind == "skipped":
                 return [_skipped(item, f"skipped in the ranks' collection: {why}")]
             return [_error(item, "setup", f"the ranks could not collect this test:\n{why}")]
         shared = new_shared_dir(item)
-        run = pool.run(plain_nodeid(item), plan.timeout, str(shared) if shared else "")
+        run = pool.run(nodeid, plan.timeout, str(shared) if shared else "")
         per_rank = {state.rank: state.warnings for state in run.ranks}
         rank_warnings.relay(item, per_rank, plan.world_size)
         reports = merged_reports(self.config, item, run) or [

@@ -50,7 +50,8 @@ def new_label(item: pytest.Item, name: str | None, kind: str) -> str:
     budget of the same test had it: that row becomes ``<test id>::latency-budget``, as
     does a budget's row after a perf_baseline."""
     labels = item.stash.setdefault(labels_key, {})
-    text = plain_nodeid(item) if name is None else f"{plain_nodeid(item)}::{name}"
+    nodeid = plain_nodeid(item)
+    text = nodeid if name is None else f"{nodeid}::{name}"
     if kind == "latency":
         if labels.get(text) == "baseline":
             text += BUDGET_SUFFIX

@@ -83,7 +83,7 @@ def _label(item: pytest.Item) -> str:
     """The budget row's name: the test id, or ``<test id>::flop-budget`` where the body
     already made a row of that name (a ``perf_baseline`` or ``latency`` call): two rows,
     never one that mixes both, and JUnit property names that stay unique."""
-    taken = f"{PREFIX}{plain_nodeid(item)}."
-    if any(str(name).startswith(taken) for name, _ in item.user_properties):
-        return f"{plain_nodeid(item)}::flop-budget"
-    return plain_nodeid(item)
+    nodeid = plain_nodeid(item)
+    if any(str(name).startswith(f"{PREFIX}{nodeid}.") for name, _ in item.user_properties):
+        return f"{nodeid}::flop-budget"
+    return nodeid

@@ -64,9 +64,10 @@ def run_case(item: pytest.Function, session: PerfSession) -> None:
     # the case's device type resolved as torch_device resolves it, once per session; the
     # model and inputs are moved there, so that is the device timed and measured
     device = resolve_device(item.config, case.device_type)
+    nodeid = plain_nodeid(item)
     result = cases.CaseResult(
-        suite=plain_nodeid(item).split("[")[0],
-        test_id=plain_nodeid(item),
+        suite=nodeid.split("[")[0],
+        test_id=nodeid,
         device=str(device),
         dtype=case.dtype,
         mode=case.mode,
@@ -91,7 +92,7 @@ def run_case(item: pytest.Function, session: PerfSession) -> None:
     engine = session.engine
     call = CallCheck(
         item=item,
-        label=plain_nodeid(item),
+        label=nodeid,
         name="",
         target=model,
         inputs=args,

@@ -209,15 +209,14 @@ class FlopCounting:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._stack is None or self._counts is None:
+        if self._stack is None or self._counts is None or self._shares is None:
             raise RuntimeError("FlopCounting left before it was entered")
         try:
             self._stack.__exit__(kind, error, traceback)
         finally:
             _active.remove(self)
-            shares = self._shares if self._shares is not None else _OpShares(lambda: 0)
-            shares.end()
-            self.result = _count_of(self._counts(), self._uncounted, shares)
+            self._shares.end()
+            self.result = _count_of(self._counts(), self._uncounted, self._shares)
 
 
 #: the countings running now (a FLOP budget's around a test body)

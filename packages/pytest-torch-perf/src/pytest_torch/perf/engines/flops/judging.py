@@ -96,7 +96,7 @@ def judge_count(
             f" = {_ratio_text(verdict)}; limit {fmt_flops(verdict.limit)}"
             f" = baseline x (1 + tolerance {tolerance:g})",
             *attribution(baseline, now),
-            *recompute_lines(baseline, now),
+            *recompute_lines(now, baseline),
             *coverage,
             "  FLOP counts are exact: the extra FLOPs are the code's, not the machine's"
             " (unless the work depends on unseeded random data: seed it with torch_seed)."
@@ -240,7 +240,7 @@ def over_budget(label: str, now: FlopCount, gflops: float) -> str | None:
         f" GFLOPs ({_limit_text(limit)}) by {fmt_flops(over)}{_share_over(over, limit)}",
         *_largest_lines("most FLOPs per module (each with its submodules'):", now.by_module, now),
         *_largest_lines("most FLOPs per aten op:", now.by_op, now),
-        *recompute_lines(FlopCount(0), now),
+        *recompute_lines(now),
         *coverage_lines(now),
         "  FLOP counts are exact: the body does this much work on any machine. Make it do"
         " less, or, if the work is intended, raise the budget to at least"
@@ -344,12 +344,13 @@ def _renamed_lines(new: Mapping[str, int], gone: Mapping[str, int]) -> list[str]
     return lines
 
 
-def recompute_lines(baseline: FlopCount, now: FlopCount) -> list[str]:
-    """What activation checkpointing added, where its share changed: its recompute in
-    backward is counted as it ran, and torch's module tracker files it in two places."""
-    if now.recomputed == baseline.recomputed:
+def recompute_lines(now: FlopCount, baseline: FlopCount | None = None) -> list[str]:
+    """What activation checkpointing added, where its share differs from the baseline's
+    (any share, without one): its recompute in backward is counted as it ran, and torch's
+    module tracker files it in two places."""
+    if now.recomputed == (baseline.recomputed if baseline is not None else 0):
         return []
-    was = f" (baseline: {fmt_flops(baseline.recomputed)})" if baseline.total else ""
+    was = f" (baseline: {fmt_flops(baseline.recomputed)})" if baseline is not None else ""
     how = (
         "activation checkpointing recomputes the checkpointed forward there. torch files"
         " each recomputed op under the recomputed modules and also under the module whose"
